@@ -1,0 +1,1 @@
+"""autorl: an overnight autoresearch daemon for reinforcement learning."""

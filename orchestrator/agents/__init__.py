@@ -1,0 +1,1 @@
+"""Agent kinds, one file each; see base.py for the interface."""
