@@ -18,6 +18,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from concurrent.futures import ProcessPoolExecutor
 from multiprocessing import get_context
 from pathlib import Path
@@ -137,7 +138,9 @@ class Policy:
             if self.path.suffix == ".pt2":
                 self.module = torch.export.load(str(self.path)).module()
             else:
-                self.module = torch.jit.load(str(self.path), map_location="cpu")
+                with warnings.catch_warnings():  # TorchScript is deprecated upstream, still our format
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    self.module = torch.jit.load(str(self.path), map_location="cpu")
         except Exception as exc:  # torch raises many kinds for a corrupt archive
             first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise HarnessError(f"unreadable policy artifact {self.path}: {first_line}") from None

@@ -17,6 +17,7 @@ What makes it a strong start rather than a textbook one:
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -288,7 +289,9 @@ def main():
         obs_rms.var if normalise_obs else np.ones(obs_dim) - 1e-8, OBS_CLIP, num_obs_categories, discrete,
     )
     policy.eval()
-    torch.jit.save(torch.jit.script(policy), str(OUTPUT_DIR / "policy.pt"))
+    with warnings.catch_warnings():  # TorchScript is deprecated upstream but is the artifact format
+        warnings.simplefilter("ignore", DeprecationWarning)
+        torch.jit.save(torch.jit.script(policy), str(OUTPUT_DIR / "policy.pt"))
 
     print("---")
     print(f"env_id: {ENV_ID}")

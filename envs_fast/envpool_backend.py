@@ -5,6 +5,7 @@ reset observation with reward 0 and ignores the action), so this adapter only co
 and takes the spaces from the reference env, whose bounds envpool does not always report."""
 from __future__ import annotations
 
+import warnings
 from functools import lru_cache
 
 import gymnasium as gym
@@ -14,7 +15,9 @@ import numpy as np
 @lru_cache(maxsize=None)
 def _envpool_ids() -> frozenset:
     try:
-        import envpool
+        with warnings.catch_warnings():  # envpool's registrations warn about float64 bounds
+            warnings.simplefilter("ignore", UserWarning)
+            import envpool
     except ImportError:
         return frozenset()
     return frozenset(envpool.list_all_envs())
