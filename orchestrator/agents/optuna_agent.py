@@ -1,0 +1,237 @@
+"""The optuna agent: the embedded offline default. No LLM.
+
+It proposes new values for the constants in train.py's hyperparameter block (the lines between
+`# >>> hyperparameters` and `# <<< hyperparameters`) with Optuna's ask/tell API and edits
+nothing else. The search space is derived once from the baseline's values and stored with the
+study in results/<tag>/optuna.db, so a resumed run continues the same study. Every outcome is
+told: a score as the trial's value, a crash/timeout/invalid/interrupted as a failed trial.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import optuna
+from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
+                                  IntDistribution, distribution_to_json, json_to_distribution)
+from optuna.trial import TrialState
+
+from .base import AgentContext, AgentError, Outcome, Proposal
+
+TRAIN_SCRIPT = "candidate/train.py"
+BLOCK_START = "# >>> hyperparameters"
+BLOCK_END = "# <<< hyperparameters"
+STUDY_NAME = "autorl"
+# Not learning hyperparameters: how many threads, which backend, seeds.
+FIXED_NAMES = {"TORCH_THREADS", "BACKEND"}
+
+
+class NoHyperparameterBlock(ValueError):
+    pass
+
+
+@dataclass
+class Constant:
+    name: str
+    value: object
+    line: int           # 0-based line index in the file
+    start: int          # column span of the literal on that line
+    end: int
+
+
+def read_block(text: str) -> list[Constant]:
+    """The `NAME = literal` lines of the hyperparameter block (comments and spacing kept)."""
+    lines = text.split("\n")
+    try:
+        first = next(i for i, line in enumerate(lines) if line.strip() == BLOCK_START)
+        last = next(i for i in range(first + 1, len(lines)) if lines[i].strip() == BLOCK_END)
+    except StopIteration:
+        raise NoHyperparameterBlock(
+            f"no hyperparameter block: {TRAIN_SCRIPT} needs a line `{BLOCK_START}`, then `NAME = literal` "
+            f"lines, then a line `{BLOCK_END}`") from None
+    constants = []
+    for index in range(first + 1, last):
+        line = lines[index]
+        try:
+            tree = ast.parse(line)
+        except SyntaxError:
+            continue
+        if len(tree.body) != 1 or not isinstance(tree.body[0], ast.Assign):
+            continue
+        node = tree.body[0]
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            continue
+        try:
+            value = ast.literal_eval(node.value)
+        except ValueError:
+            continue
+        constants.append(Constant(node.targets[0].id, value, index, node.value.col_offset,
+                                  node.value.end_col_offset))
+    return constants
+
+
+def format_value(value) -> str:
+    if isinstance(value, float):
+        return repr(float(f"{value:.4g}"))
+    return repr(value)
+
+
+def write_block(text: str, values: dict) -> str:
+    lines = text.split("\n")
+    for const in read_block(text):
+        if const.name in values:
+            line = lines[const.line]
+            lines[const.line] = line[:const.start] + format_value(values[const.name]) + line[const.end:]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- the search space
+def _around(low: float, high: float, value: float) -> tuple[float, float]:
+    return min(low, value), max(high, value)
+
+
+def _categorical(choices: list, value) -> CategoricalDistribution:
+    return CategoricalDistribution(sorted(set(choices) | {value}))
+
+
+def distribution_for(name: str, value) -> Optional[BaseDistribution]:
+    """A search range around the baseline value (None: the constant stays fixed)."""
+    if name in FIXED_NAMES or "SEED" in name or isinstance(value, str) or value is None:
+        return None
+    if name == "LEARNING_RATE" and isinstance(value, float) and value > 0:
+        return FloatDistribution(*_around(1e-5, 3e-3, value), log=True)
+    if name == "ENT_COEF" and isinstance(value, (int, float)) and value >= 0:
+        return FloatDistribution(*_around(0.0, 0.02, float(value)))
+    if name == "INIT_LOG_STD" and isinstance(value, (int, float)):
+        return FloatDistribution(*_around(-1.5, 0.5, float(value)))
+    if name == "TARGET_KL" and isinstance(value, (int, float)):
+        return _categorical([0.0, 0.01, 0.02, 0.05], float(value))
+    if isinstance(value, bool):
+        return CategoricalDistribution([False, True])
+    if isinstance(value, int):
+        if value >= 2 and value & (value - 1) == 0:  # a power of two stays one
+            return _categorical([max(1, value // 4), value // 2, value * 2, value * 4], value)
+        if value >= 1:
+            return IntDistribution(max(1, value // 3), max(value * 3, value + 2))
+        return None
+    if isinstance(value, float):
+        if value == 0:
+            return None  # no scale to search around
+        if 0.9 <= value < 1:  # discount-like: search the distance to 1
+            return FloatDistribution(max(0.5, 1 - (1 - value) * 4), 1 - (1 - value) / 4)
+        if value > 0:
+            factor = 10 if value < 0.01 else 3
+            return FloatDistribution(value / factor, value * factor, log=True)
+        return FloatDistribution(value * 3, value / 3)
+    return None
+
+
+def search_space(constants: list[Constant], only: Optional[set[str]] = None) -> dict[str, BaseDistribution]:
+    space = {}
+    for const in constants:
+        if only is not None and const.name not in only:
+            continue
+        dist = distribution_for(const.name, const.value)
+        if dist is not None:
+            space[const.name] = dist
+    return space
+
+
+# ---------------------------------------------------------------- the agent
+class OptunaAgent:
+    name = "optuna"
+
+    def __init__(self, run_dir: Path, only: Optional[set[str]] = None, seed: Optional[int] = None):
+        self.run_dir = Path(run_dir)
+        self.only = only
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.study = optuna.create_study(
+            study_name=STUDY_NAME, storage=f"sqlite:///{self.run_dir / 'optuna.db'}", direction="maximize",
+            sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=5), load_if_exists=True)
+        self.pending: dict[int, optuna.trial.Trial] = {}
+        # Trials left running by a daemon that died: they will never be told, so fail them now.
+        for trial in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            self.study.tell(trial.number, state=TrialState.FAIL)
+            logging.getLogger("autorl").info("optuna: trial %d was in flight when the daemon died; "
+                                             "told as failed", trial.number)
+
+    @classmethod
+    def from_args(cls, args, run_dir: Path) -> "OptunaAgent":
+        names = getattr(args, "optuna_params", None)
+        only = {n.strip() for n in names.split(",") if n.strip()} if names else None
+        # The run folder is results/<tag>/ in the checkout: check the block before anything starts.
+        train_py = Path(run_dir).resolve().parent.parent / TRAIN_SCRIPT
+        if train_py.exists():
+            constants = read_block(train_py.read_text())
+            unknown = (only or set()) - {c.name for c in constants}
+            if unknown:
+                raise ValueError(f"--optuna-params: {', '.join(sorted(unknown))} not in the hyperparameter "
+                                 f"block of {TRAIN_SCRIPT}")
+            if not search_space(constants, only):
+                raise ValueError(f"nothing to tune: no numeric or boolean constant in the hyperparameter "
+                                 f"block of {TRAIN_SCRIPT}")
+        return cls(run_dir, only)
+
+    # ------------------------------------------------------------ the space, stored with the study
+    def space(self, constants: list[Constant]) -> dict[str, BaseDistribution]:
+        stored = self.study.user_attrs.get("space")
+        if stored:
+            return {name: json_to_distribution(text) for name, text in json.loads(stored).items()}
+        space = search_space(constants, self.only)
+        self.study.set_user_attr("space", json.dumps({n: distribution_to_json(d) for n, d in space.items()}))
+        self._add_baseline_trial(constants, space)
+        return space
+
+    def _add_baseline_trial(self, constants: list[Constant], space: dict) -> None:
+        """The baseline rows' mean as a completed trial: the sampler starts from what is known."""
+        from ..results import ResultsFile
+
+        scores = [r.score for r in ResultsFile(self.run_dir / "results.tsv").read()
+                  if r.status == "baseline" and r.score is not None]
+        if not scores:
+            return
+        params = {c.name: c.value for c in constants if c.name in space}
+        self.study.add_trial(optuna.trial.create_trial(
+            params=params, distributions={n: space[n] for n in params}, value=sum(scores) / len(scores),
+            user_attrs={"exp": 0, "status": "baseline"}))
+
+    # ------------------------------------------------------------ ask / tell
+    def propose(self, ctx: AgentContext) -> Proposal:
+        path = Path(ctx.worktree) / TRAIN_SCRIPT
+        text = path.read_text()
+        try:
+            constants = read_block(text)
+        except NoHyperparameterBlock as exc:
+            raise AgentError(str(exc)) from None
+        current = {c.name: c.value for c in constants}
+        space = {n: d for n, d in self.space(constants).items() if n in current}
+        if not space:
+            raise AgentError(f"nothing to tune in {TRAIN_SCRIPT}'s hyperparameter block")
+        for _ in range(20):
+            trial = self.study.ask(fixed_distributions=space)
+            new_text = write_block(text, trial.params)
+            if new_text != text:
+                break
+            self.study.tell(trial, state=TrialState.FAIL)  # the incumbent again: ask anew
+        else:
+            raise AgentError("optuna keeps proposing the current values")
+        trial.set_user_attr("exp", ctx.exp)
+        self.pending[ctx.exp] = trial
+        path.write_text(new_text)
+        changed = [f"{n}={format_value(v)}" for n, v in trial.params.items()
+                   if format_value(v) != format_value(current[n])]
+        return Proposal(description=f"optuna trial {trial.number}: " + ", ".join(changed))
+
+    def tell(self, ctx: AgentContext, outcome: Outcome) -> None:
+        trial = self.pending.pop(ctx.exp, None)
+        if trial is None:
+            return
+        trial.set_user_attr("status", outcome.status)
+        if outcome.score is not None:
+            self.study.tell(trial, outcome.score)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)

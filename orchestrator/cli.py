@@ -1,0 +1,197 @@
+"""Argument parsing only: `python -m orchestrator run|status|stop|verify|bench ...`."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .agents import AGENT_KINDS
+
+USAGE_EXAMPLE = "python -m orchestrator run --env CartPole-v1 --budget 30 --max-experiments 3"
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be positive")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} must be at least 1")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text) if text.lstrip("-").isdigit() else None
+    if value is None or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 0")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m orchestrator",
+        description="autorl: an overnight autoresearch daemon for reinforcement learning.",
+        epilog=f"first run: {USAGE_EXAMPLE}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,status,stop,verify,bench}")
+
+    run = sub.add_parser("run", help="start (or --resume) a run; loops until a limit or `stop`",
+                         description="Train, score with the fixed harness, keep or revert, repeat.")
+    run.add_argument("--env", dest="env_id", metavar="ENV_ID", help="gymnasium env id, e.g. BipedalWalker-v3")
+    run.add_argument("--tag", help="run name (default: <env slug>-<mon><day>, e.g. bipedalwalker_v3-nov21)")
+    run.add_argument("--agent", choices=AGENT_KINDS,
+                     help="default: anthropic when ANTHROPIC_API_KEY is set, else optuna (offline)")
+    run.add_argument("--replay-dir", metavar="DIR", help="replay agent: folders DIR/001/, DIR/002/, ...")
+    run.add_argument("--budget", dest="budget_s", type=_positive_float, metavar="SECONDS",
+                     help="training wall-clock budget per experiment (default: evaluate.TIME_BUDGET)")
+    run.add_argument("--max-experiments", type=_non_negative_int, metavar="N",
+                     help="stop after N experiments (after the baseline, whole run)")
+    run.add_argument("--until", metavar="HH:MM", help="stop before this local time")
+    run.add_argument("--max-hours", type=_positive_float, metavar="H", help="stop after H hours")
+    run.add_argument("--max-cost", type=_positive_float, metavar="USD",
+                     help="stop once the run's agent cost reaches this")
+    run.add_argument("--resume", action="store_true", help="continue an existing run (after a stop or crash)")
+    llm = run.add_argument_group("LLM agents")
+    llm.add_argument("--model", default="claude-sonnet-4-5", help="anthropic model (default %(default)s)")
+    llm.add_argument("--max-turns", type=_positive_int, default=40, help="tool-use turns per experiment")
+    llm.add_argument("--agent-cmd", metavar="TEMPLATE",
+                     help="command agent: shell template with {prompt_file} or {prompt}")
+    llm.add_argument("--agent-timeout", type=_positive_float, default=1800.0, metavar="SECONDS",
+                     help="command agent: time limit per experiment (default %(default)s)")
+    llm.add_argument("--price-table", metavar="FILE.json", help="USD per million tokens, per model")
+    opt = run.add_argument_group("optuna agent")
+    opt.add_argument("--optuna-params", metavar="NAME,NAME",
+                     help="tune only these constants of the hyperparameter block (default: all numeric)")
+    phases = run.add_argument_group("phases")
+    phases.add_argument("--phases", help="phases to run, e.g. train (default)")
+    phases.add_argument("--schedule", help="alternation pattern, e.g. translate:1,train:4")
+    adv = run.add_argument_group("advanced (mainly for tests)")
+    adv.add_argument("--eval-episodes", type=_positive_int, metavar="N",
+                     help="evaluation episodes (default: evaluate.NUM_EVAL_EPISODES)")
+    adv.add_argument("--eval-workers", type=_positive_int, metavar="N",
+                     help="evaluation processes (default: evaluate.py's choice)")
+    adv.add_argument("--eval-timeout", type=_positive_float, default=1800.0, metavar="SECONDS")
+    adv.add_argument("--grace", type=_positive_float, metavar="SECONDS",
+                     help="kill a train run at budget + grace (default max(30, 10%% of budget))")
+    adv.add_argument("--backoff", type=_positive_float, default=5.0, metavar="SECONDS",
+                     help="first retry delay after an agent error (doubles, capped at 300 s)")
+    adv.add_argument("--repo", type=Path, help="the checkout (default: the git repository around cwd)")
+
+    status = sub.add_parser("status", help="what each run is doing and its best so far")
+    status.add_argument("--tag", help="one run (default: all runs under results/)")
+    status.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
+
+    stop = sub.add_parser("stop", help="abort the experiment in flight and end a run cleanly")
+    stop.add_argument("--tag", help="the run to stop (default: every running run)")
+    stop.add_argument("--wait", type=float, default=120.0, metavar="SECONDS",
+                      help="how long to wait for the daemon to finish (default %(default)s)")
+    stop.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
+
+    sub.add_parser("verify", help="verify a fast env backend (see `verify --help`)", add_help=False)
+    sub.add_parser("bench", help="benchmark env backends (see `bench --help`)", add_help=False)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # verify and bench own their arguments.
+    if argv and argv[0] == "verify":
+        from envs_fast.verify import main as verify_main
+
+        return int(verify_main(argv[1:]) or 0)
+    if argv and argv[0] == "bench":
+        from envs_fast.bench import main as bench_main
+
+        return int(bench_main(argv[1:]) or 0)
+    args = build_parser().parse_args(argv)
+    if args.command == "run":
+        return _run(args)
+    if args.command == "status":
+        return _status(args)
+    return _stop(args)
+
+
+def _run(args) -> int:
+    from .agents import make_agent
+    from .loop import Limits, Options, RunError, parse_until, start
+    from .workspace import WorkspaceError
+
+    try:
+        deadlines = []
+        if args.until:
+            deadlines.append(parse_until(args.until))
+        if args.max_hours:
+            deadlines.append(time.time() + args.max_hours * 3600)
+        limits = Limits(max_experiments=args.max_experiments, deadline=min(deadlines) if deadlines else None,
+                        max_cost=args.max_cost, backoff_base_s=args.backoff)
+        options = Options(
+            env_id=args.env_id, tag=args.tag, agent=args.agent, resume=args.resume, budget_s=args.budget_s,
+            grace_s=args.grace, eval_episodes=args.eval_episodes, eval_timeout_s=args.eval_timeout,
+            eval_workers=args.eval_workers, phases=args.phases, schedule=args.schedule, limits=limits,
+            repo=args.repo, agent_args=args)
+        return start(options, make_agent, dict(os.environ))
+    except (RunError, WorkspaceError, ValueError) as exc:
+        print(f"autorl: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _results_root(args) -> Path:
+    from .workspace import repo_root
+
+    return repo_root(args.repo or Path.cwd()) / "results"
+
+
+def _status(args) -> int:
+    from .status import render_status
+    from .workspace import WorkspaceError
+
+    try:
+        text, code = render_status(_results_root(args), args.tag)
+    except WorkspaceError as exc:
+        print(f"autorl: error: {exc}", file=sys.stderr)
+        return 1
+    print(text)
+    return code
+
+
+def _stop(args) -> int:
+    from .daemon import lock_holder, request_stop
+    from .workspace import WorkspaceError
+
+    try:
+        root = _results_root(args)
+    except WorkspaceError as exc:
+        print(f"autorl: error: {exc}", file=sys.stderr)
+        return 1
+    if args.tag:
+        if not (root / args.tag / "run.json").exists():
+            print(f"autorl: error: no run {args.tag!r} under {root}", file=sys.stderr)
+            return 1
+        tags = [args.tag]
+    else:
+        tags = sorted(p.parent.name for p in root.glob("*/run.json") if lock_holder(p.parent))
+    if not tags or all(lock_holder(root / t) is None for t in tags):
+        print("no running run" + (f" {args.tag!r}" if args.tag else ""))
+        return 1
+    code = 0
+    for tag in tags:
+        print(f"stopping {tag} (pid {lock_holder(root / tag)}) ...", flush=True)
+        pid, stopped = request_stop(root / tag, wait_s=args.wait)
+        if stopped:
+            print(f"{tag}: stopped; branch autorl/{tag} is at the best commit")
+        else:
+            print(f"{tag}: pid {pid} still running after {args.wait:.0f}s (it finishes the step in flight)")
+            code = 1
+    return code

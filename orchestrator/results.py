@@ -1,0 +1,176 @@
+"""results.tsv: the schema, a durable append, and a reader that tolerates a torn last line."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Optional
+
+COLUMNS = ("exp", "time", "phase", "commit", "status", "score", "best",
+           "env_steps", "sps", "wall_s", "cost_usd", "description")
+HEADER = "\t".join(COLUMNS) + "\n"
+STATUSES = ("baseline", "keep", "discard", "crash", "timeout", "invalid", "interrupted")
+
+
+@dataclass
+class Row:
+    exp: int
+    phase: str
+    status: str
+    commit: str = ""
+    score: Optional[float] = None
+    best: Optional[float] = None
+    env_steps: Optional[int] = None
+    sps: Optional[float] = None
+    wall_s: Optional[float] = None
+    cost_usd: float = 0.0
+    description: str = ""
+    time: str = ""
+
+    def __post_init__(self):
+        if self.status not in STATUSES:
+            raise ValueError(f"unknown status {self.status!r}; expected one of {', '.join(STATUSES)}")
+        if not self.time:
+            self.time = utc_now()
+
+    def to_line(self) -> str:
+        values = {
+            "exp": str(self.exp),
+            "time": self.time,
+            "phase": self.phase,
+            "commit": self.commit,
+            "status": self.status,
+            "score": _fmt(self.score, ".3f"),
+            "best": _fmt(self.best, ".3f"),
+            "env_steps": _fmt(self.env_steps, "d"),
+            "sps": _fmt(self.sps, ".0f"),
+            "wall_s": _fmt(self.wall_s, ".1f"),
+            "cost_usd": _fmt(self.cost_usd, ".4f"),
+            "description": one_line(self.description),
+        }
+        return "\t".join(values[c] for c in COLUMNS) + "\n"
+
+    @classmethod
+    def from_fields(cls, parts: list[str]) -> "Row":
+        raw = dict(zip(COLUMNS, parts))
+        return cls(
+            exp=int(raw["exp"]), time=raw["time"], phase=raw["phase"], commit=raw["commit"],
+            status=raw["status"], score=_float(raw["score"]), best=_float(raw["best"]),
+            env_steps=_int(raw["env_steps"]), sps=_float(raw["sps"]), wall_s=_float(raw["wall_s"]),
+            cost_usd=_float(raw["cost_usd"]) or 0.0, description=raw["description"],
+        )
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def one_line(text: str) -> str:
+    """Tabs and newlines would break the TSV; descriptions are one line by contract."""
+    return " ".join(str(text).split())
+
+
+def _fmt(value, spec: str) -> str:
+    if value is None:
+        return ""
+    if spec == "d":
+        return str(int(value))
+    return format(float(value), spec)
+
+
+def _float(text: str) -> Optional[float]:
+    return float(text) if text.strip() else None
+
+
+def _int(text: str) -> Optional[int]:
+    return int(float(text)) if text.strip() else None
+
+
+class ResultsFile:
+    """One run's results.tsv. Appends are fsynced so a row, once logged, survives a power cut."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def create(self) -> None:
+        if not self.path.exists():
+            self._write_durably(HEADER)
+
+    def read(self) -> list[Row]:
+        """All complete rows. A last line without its newline is a torn write and is ignored."""
+        if not self.path.exists():
+            return []
+        text = self.path.read_text(encoding="utf-8", errors="replace")
+        lines = text.split("\n")
+        complete = lines[:-1]  # the piece after the last newline is empty or torn
+        rows = []
+        for line in complete[1:]:
+            parts = line.split("\t")
+            if len(parts) != len(COLUMNS):
+                continue
+            try:
+                rows.append(Row.from_fields(parts))
+            except ValueError:
+                continue
+        return rows
+
+    def repair_torn_tail(self) -> Optional[str]:
+        """Cut a torn last line (so the next append starts on a fresh line); return what was cut."""
+        if not self.path.exists():
+            return None
+        data = self.path.read_bytes()
+        if not data or data.endswith(b"\n"):
+            return None
+        cut = data.rfind(b"\n") + 1
+        with open(self.path, "r+b") as handle:
+            handle.truncate(cut)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return data[cut:].decode("utf-8", errors="replace")
+
+    def append(self, row: Row) -> None:
+        self._write_durably(row.to_line())
+
+    def _write_durably(self, text: str) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, text.encode("utf-8"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def summarize(rows: list[Row]) -> dict:
+    """What status and the agents want to know about a run: baseline, best, counts, cost."""
+    baseline = [r.score for r in rows if r.status == "baseline" and r.score is not None]
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    best_row = None
+    for row in rows:
+        if row.status in ("baseline", "keep"):
+            best_row = row
+    best = next((r.best for r in reversed(rows) if r.best is not None), None)
+    return {
+        "baseline_scores": baseline,
+        "best": best,
+        "best_commit": best_row.commit if best_row else "",
+        "best_exp": best_row.exp if best_row else None,
+        "experiments": len({r.exp for r in rows if r.exp > 0}),
+        "counts": counts,
+        "cost_usd": sum(r.cost_usd for r in rows),
+    }
+
+
+def compact_table(rows: list[Row], last: int = 40) -> str:
+    """The results so far, as the agent sees them: one short line per experiment."""
+    lines = ["exp\tstatus\tscore\tbest\tdescription"]
+    for row in rows[-last:]:
+        lines.append("\t".join([str(row.exp), row.status, _fmt(row.score, ".2f"),
+                                _fmt(row.best, ".2f"), row.description]))
+    return "\n".join(lines)
+
+
+__all__ = ["COLUMNS", "HEADER", "STATUSES", "Row", "ResultsFile", "summarize", "compact_table",
+           "utc_now", "one_line"]

@@ -1,0 +1,53 @@
+"""`python -m orchestrator status`: per run, whether it is running, what is in flight, the best so far."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+from .daemon import lock_holder, read_state
+from .results import ResultsFile, summarize
+
+
+def run_status(run_dir: Path) -> list[str]:
+    config = json.loads((run_dir / "run.json").read_text())
+    rows = ResultsFile(run_dir / "results.tsv").read()
+    summary = summarize(rows)
+    pid = lock_holder(run_dir)
+    state = read_state(run_dir)
+    lines = [f"{run_dir.name}: {'running (pid %d)' % pid if pid else 'not running'}; env {config['env_id']}, "
+             f"budget {config['budget_s']:g}s, branch {config['branch']}"]
+    in_flight = state.get("in_flight") if pid else None
+    if in_flight:
+        elapsed = time.time() - in_flight.get("started", time.time())
+        lines.append(f"  in flight: exp {in_flight['exp']} ({in_flight.get('phase')}, {in_flight.get('stage')}) "
+                     f"for {elapsed:.0f}s")
+    elif not pid and read_state(run_dir).get("in_flight"):
+        lines.append(f"  exp {state['in_flight']['exp']} was in flight when the daemon died: "
+                     "`run --resume` records it and goes on")
+    baseline = ", ".join(f"{s:.3f}" for s in summary["baseline_scores"]) or "-"
+    best = "-" if summary["best"] is None else f"{summary['best']:.3f}"
+    lines.append(f"  baseline {baseline}; best {best} at commit {summary['best_commit'] or '-'} "
+                 f"(exp {summary['best_exp'] if summary['best_exp'] is not None else '-'})")
+    counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items())) or "no rows yet"
+    lines.append(f"  {summary['experiments']} experiments after the baseline: {counts}; "
+                 f"cost ${summary['cost_usd']:.2f}")
+    return lines
+
+
+def render_status(results_root: Path, tag: Optional[str] = None) -> tuple[str, int]:
+    if tag:
+        run_dir = results_root / tag
+        if not (run_dir / "run.json").exists():
+            return f"no run {tag!r} under {results_root}", 1
+        run_dirs = [run_dir]
+    else:
+        run_dirs = sorted((p.parent for p in results_root.glob("*/run.json")),
+                          key=lambda d: d.stat().st_mtime)
+        if not run_dirs:
+            return f"no runs under {results_root}", 0
+    lines: list[str] = []
+    for run_dir in run_dirs:
+        lines += run_status(run_dir)
+    return "\n".join(lines), 0

@@ -1,0 +1,151 @@
+"""The run's git worktree: branch, commit, keep/revert, refs of discarded experiments, path checks.
+
+A run `<tag>` works in `runs/<tag>/` on branch `autorl/<tag>`; the user's checkout is never
+touched. The branch tip is always the best experiment; a discarded commit stays reachable as
+`refs/autorl/<tag>/exp-NNNN`.
+"""
+from __future__ import annotations
+
+import fnmatch
+from pathlib import Path
+from typing import Iterable, Optional
+
+import git
+
+AUTHOR_ENV = {
+    "GIT_AUTHOR_NAME": "autorl", "GIT_AUTHOR_EMAIL": "autorl@localhost",
+    "GIT_COMMITTER_NAME": "autorl", "GIT_COMMITTER_EMAIL": "autorl@localhost",
+}
+
+
+class WorkspaceError(Exception):
+    pass
+
+
+def repo_root(start: Path) -> Path:
+    try:
+        repo = git.Repo(start, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise WorkspaceError(f"{start} is not inside a git repository; run autorl from its checkout") from None
+    if repo.bare:
+        raise WorkspaceError(f"{start} is a bare repository")
+    return Path(repo.working_tree_dir)
+
+
+def branch_name(tag: str) -> str:
+    return f"autorl/{tag}"
+
+
+def discard_ref(tag: str, exp: int) -> str:
+    return f"refs/autorl/{tag}/exp-{exp:04d}"
+
+
+class Workspace:
+    def __init__(self, main_root: Path, tag: str):
+        self.main_root = Path(main_root)
+        self.tag = tag
+        self.path = self.main_root / "runs" / tag
+        self.branch = branch_name(tag)
+        self.main = git.Repo(self.main_root)
+
+    # ------------------------------------------------------------ setup
+    def exists(self) -> bool:
+        return self.path.exists() or self.branch in [h.name for h in self.main.heads]
+
+    def create(self) -> str:
+        """New worktree on a new branch from the main checkout's HEAD; returns that commit."""
+        if self.main.head.is_valid() is False:
+            raise WorkspaceError(f"{self.main_root} has no commit yet; commit your files first")
+        base = self.main.head.commit.hexsha
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.main.git.worktree("add", "-b", self.branch, str(self.path), base)
+        return base
+
+    def ensure(self) -> None:
+        """On resume: recreate the worktree for the existing branch if its folder was removed."""
+        self.main.git.worktree("prune")
+        if not (self.path / ".git").exists():
+            self.main.git.worktree("add", str(self.path), self.branch)
+
+    @property
+    def repo(self) -> git.Repo:
+        return git.Repo(self.path)
+
+    def head(self) -> str:
+        return self.repo.head.commit.hexsha
+
+    def resolve(self, rev: str) -> str:
+        return self.repo.commit(rev).hexsha
+
+    def short(self, sha: str) -> str:
+        return self.repo.git.rev_parse("--short=7", sha)
+
+    def main_is_dirty(self) -> bool:
+        return self.main.is_dirty(untracked_files=False)
+
+    # ------------------------------------------------------------ one experiment
+    def changed_paths(self, best: str) -> list[str]:
+        """Every path that differs from `best`: edits, new files, deletions, and commits made by
+        the agent itself (they are folded into the experiment's one commit)."""
+        repo = self.repo
+        self._back_on_branch(best)
+        repo.git.add("-A")
+        names = repo.git.diff("--cached", "--name-only", "--no-renames", "-z", best)
+        return sorted(n for n in names.split("\0") if n)
+
+    def _back_on_branch(self, best: str) -> None:
+        repo = self.repo
+        if repo.head.is_detached or repo.active_branch.name != self.branch:
+            repo.git.symbolic_ref("HEAD", f"refs/heads/{self.branch}")
+        if repo.head.commit.hexsha != best:
+            repo.git.reset("--soft", best)  # the agent committed; keep its changes, not its commits
+
+    def commit(self, message: str) -> str:
+        repo = self.repo
+        repo.git.add("-A")
+        with repo.git.custom_environment(**AUTHOR_ENV):
+            repo.git.commit("--no-verify", "--allow-empty", "-q", "-m", message or "(no description)")
+        return repo.head.commit.hexsha
+
+    def diff(self, base: str, commit: str) -> str:
+        return self.repo.git.diff(base, commit)
+
+    def keep_ref(self, exp: int, commit: str) -> None:
+        self.repo.git.update_ref(discard_ref(self.tag, exp), commit)
+
+    def reset_to(self, commit: str) -> None:
+        """Branch and worktree back to `commit`; untracked leftovers removed (ignored files stay)."""
+        repo = self.repo
+        self._back_on_branch_hard()
+        repo.git.reset("--hard", "-q", commit)
+        repo.git.clean("-fdq")
+
+    def _back_on_branch_hard(self) -> None:
+        repo = self.repo
+        if repo.head.is_detached or repo.active_branch.name != self.branch:
+            repo.git.checkout("-f", "-q", self.branch)
+
+    def refs(self) -> dict[str, str]:
+        out = self.repo.git.for_each_ref("--format=%(refname) %(objectname)", f"refs/autorl/{self.tag}/")
+        return dict(line.split(" ", 1) for line in out.splitlines() if line)
+
+
+# ---------------------------------------------------------------- checks of a proposal
+def disallowed(paths: Iterable[str], allowed: list[str]) -> list[str]:
+    """Paths outside the phase's allowed set (entries may be glob patterns)."""
+    return [p for p in paths if not any(p == a or fnmatch.fnmatchcase(p, a) for a in allowed)]
+
+
+def compile_errors(worktree: Path, paths: Iterable[str]) -> Optional[str]:
+    """The first syntax error among the changed Python files, as one line."""
+    for rel in paths:
+        path = worktree / rel
+        if not rel.endswith(".py") or not path.is_file():
+            continue
+        try:
+            compile(path.read_bytes(), rel, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            return f"{rel}:{exc.lineno}: SyntaxError: {exc.msg}"
+        except ValueError as exc:  # null bytes
+            return f"{rel}: {exc}"
+    return None

@@ -1,0 +1,148 @@
+"""Shared fixtures: a real temporary checkout of autorl to run the daemon against.
+
+`autorl_repo(train_py=None, files=None)` builds a git repository in a temp dir holding a copy
+of the real evaluate.py, program.md, envs_fast/ (when present) and either the real
+candidate/train.py or the given text, committed on branch main. `daemon_cmd`/`run_daemon`
+run `python -m orchestrator ...` in it as a real subprocess (the orchestrator package comes
+from this checkout through PYTHONPATH).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import git
+import pytest
+
+AUTORL_ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+
+# A train.py that trains nothing: it exports a CartPole controller whose quality is set by BIAS
+# (0.0 balances for all 500 steps, 0.5 about 260, 1.0 about 145, 5.0 about 9 - always left).
+TINY_TRAIN_PY = textwrap.dedent('''\
+    import os
+    import sys
+    import time
+    from pathlib import Path
+
+    import torch
+
+    # >>> hyperparameters
+    BIAS = 1.0  # 0.0 balances the pole, 5.0 always pushes left
+    SLEEP = 0.0  # seconds to idle before exporting
+    NUM_ENVS = 8  # unused; a power of two for the optuna agent
+    USE_X = True  # unused
+    BACKEND = "auto"  # unused, never tuned
+    # <<< hyperparameters
+
+
+    class Controller(torch.nn.Module):
+        def __init__(self, bias: float):
+            super().__init__()
+            self.bias = bias
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            s = 0.1 * obs[:, 0] + 0.5 * obs[:, 1] + 10.0 * obs[:, 2] + 2.0 * obs[:, 3]
+            return (s + self.bias > 0).long()
+
+
+    out = Path(os.environ.get("AUTORL_OUTPUT_DIR", "out"))
+    out.mkdir(parents=True, exist_ok=True)
+    time.sleep(SLEEP)
+    torch.jit.save(torch.jit.script(Controller(BIAS)), str(out / "policy.pt"))
+    print("---")
+    print("env_steps: 1000")
+    print("sps: 500")
+''')
+
+
+def tiny_train_py(**constants) -> str:
+    """TINY_TRAIN_PY with some hyperparameter values replaced, e.g. tiny_train_py(BIAS=0.0)."""
+    text = TINY_TRAIN_PY
+    for name, value in constants.items():
+        start = text.index(f"\n{name} = ") + 1
+        end = text.index("  #", start)
+        text = text[:start] + f"{name} = {value!r}" + text[end:]
+    return text
+
+
+def _copy_if_present(name: str, dest: Path) -> None:
+    source = AUTORL_ROOT / name
+    if source.is_dir():
+        shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    elif source.is_file():
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, dest / name)
+
+
+@pytest.fixture
+def autorl_repo(tmp_path):
+    """Factory: autorl_repo(train_py=None, files=None) -> path of a committed temp checkout."""
+    def make(train_py: str | None = None, files: dict[str, str] | None = None, name: str = "checkout") -> Path:
+        root = tmp_path / name
+        root.mkdir()
+        for item in ("evaluate.py", "program.md", "envs_fast", "pyproject.toml"):
+            _copy_if_present(item, root)
+        (root / "candidate").mkdir()
+        if train_py is None:
+            shutil.copyfile(AUTORL_ROOT / "candidate" / "train.py", root / "candidate" / "train.py")
+        else:
+            (root / "candidate" / "train.py").write_text(train_py)
+        (root / ".gitignore").write_text("__pycache__/\n*.pyc\nruns/\nresults/\nout/\n")
+        for rel, text in (files or {}).items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        repo = git.Repo.init(root, initial_branch="main")
+        with repo.config_writer() as config:
+            config.set_value("user", "name", "autorl-tests")
+            config.set_value("user", "email", "tests@localhost")
+        repo.git.add("-A")
+        repo.index.commit("initial checkout")
+        return root
+    return make
+
+
+def daemon_env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "PYTHONPATH")}
+    env["PYTHONPATH"] = str(AUTORL_ROOT)
+    env.update(extra or {})
+    return env
+
+
+def daemon_cmd(*args: str) -> list[str]:
+    return [PYTHON, "-m", "orchestrator", *args]
+
+
+# Small, fast settings for tests: few eval episodes in one process, short grace.
+FAST = ("--eval-episodes", "10", "--eval-workers", "1", "--grace", "3", "--backoff", "0.2")
+
+
+def run_daemon(repo: Path, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(daemon_cmd(*args), cwd=repo, env=daemon_env(env), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def start_daemon(repo: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
+    return subprocess.Popen(daemon_cmd(*args), cwd=repo, env=daemon_env(env), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def write_replay(root: Path, steps: dict[int, dict]) -> Path:
+    """Replay folders: steps = {1: {"candidate/train.py": text, "DESCRIPTION": "..."}, ...}."""
+    root.mkdir(parents=True, exist_ok=True)
+    for exp, files in steps.items():
+        for rel, text in files.items():
+            path = root / f"{exp:03d}" / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+    return root
+
+
+def read_results(repo: Path, tag: str):
+    import pandas as pd
+
+    return pd.read_csv(repo / "results" / tag / "results.tsv", sep="\t", dtype={"commit": str})
