@@ -18,7 +18,7 @@ import logging
 import os
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -122,61 +122,84 @@ class AnthropicAgent:
 
     def propose(self, ctx: AgentContext) -> Proposal:
         transcript = Transcript(Path(ctx.exp_dir) / "agent.jsonl")
-        toolbox = Toolbox(ctx.worktree, ctx.allowed_paths, notes_path=ctx.notes_path,
-                          scratch_dir=Path(ctx.exp_dir) / "agent_scratch",
-                          max_run_timeout_s=self.run_timeout_s,
-                          extra_env={"AUTORL_ENV_ID": ctx.env_id})
         system = system_prompt(ctx.program, ctx.phase)
         prompt = experiment_prompt(ctx)
         transcript.write(event="start", exp=ctx.exp, phase=ctx.phase, model=self.model,
                          max_turns=self.max_turns, system=system, prompt=prompt,
                          tools=[tool["name"] for tool in TOOL_DEFINITIONS])
-        spent_before = run_cost_so_far(ctx.run_dir)
-        messages: list[dict] = [{"role": "user", "content": [{"type": "text", "text": prompt}]}]
-        usage = TokenUsage()
-        cost = 0.0
-        idle_turns = 0
-        last_text = ""
-        description: Optional[str] = None
-        end_reason = "max_turns"
+        conversation = Conversation(
+            system=system,
+            messages=[{"role": "user", "content": [{"type": "text", "text": prompt}]}],
+            toolbox=Toolbox(ctx.worktree, ctx.allowed_paths, notes_path=ctx.notes_path,
+                            scratch_dir=Path(ctx.exp_dir) / "agent_scratch",
+                            max_run_timeout_s=self.run_timeout_s,
+                            extra_env={"AUTORL_ENV_ID": ctx.env_id}),
+            transcript=transcript,
+            spent_before=run_cost_so_far(ctx.run_dir),
+        )
+        try:
+            self._converse(conversation)
+        except BaseException as err:
+            # An outage given up on, a stop signal: the loop still counts what was spent.
+            err.cost_usd = conversation.cost
+            transcript.write(event="aborted", error=f"{type(err).__name__}: {err}",
+                             cost_usd=round(conversation.cost, 6))
+            raise
+        description = self._description(conversation)
+        usage = conversation.usage
+        transcript.write(event="end", reason=conversation.end_reason, description=description,
+                         cost_usd=round(conversation.cost, 6), usage=_usage_dict(usage))
+        log.info("agent: experiment %d ended (%s) after %d turns, cost $%.4f", ctx.exp,
+                 conversation.end_reason, conversation.turns, conversation.cost)
+        return Proposal(
+            description=description, cost_usd=conversation.cost,
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+            cache_write_tokens=usage.cache_write_tokens, cache_read_tokens=usage.cache_read_tokens,
+            transcript=transcript.path,
+            extra={"end_reason": conversation.end_reason, "model": self.model,
+                   "turns": conversation.turns},
+        )
 
+    def _converse(self, conv: "Conversation") -> None:
+        """Model turns and tool calls until submit, --max-turns, the cost cap or an ending error."""
+        idle_turns = 0
         for turn in range(1, self.max_turns + 1):
-            if self.max_cost_usd is not None and spent_before + cost >= self.max_cost_usd:
-                end_reason = "max_cost"
-                break
+            if self.max_cost_usd is not None and conv.spent_before + conv.cost >= self.max_cost_usd:
+                conv.end_reason = "max_cost"
+                return
             try:
-                response = self._create(system, messages, transcript)
+                response = self._create(conv.system, conv.messages, conv.transcript)
             except anthropic.APIStatusError as err:
                 if turn == 1:
                     raise AgentError(f"the Messages API refused the request: {err}") from err
                 # Typically a conversation grown past the context window: judge what is there.
-                transcript.write(event="api_error", turn=turn, error=str(err))
-                end_reason = "api_error"
-                break
+                conv.transcript.write(event="api_error", turn=turn, error=str(err))
+                conv.end_reason = "api_error"
+                return
+            conv.turns = turn
             turn_usage = TokenUsage.from_api(response.usage)
             turn_cost = self.prices.cost_usd(self.model, turn_usage)
-            usage, cost = usage + turn_usage, cost + turn_cost
-            content = [_as_param(block) for block in response.content]
-            content = [block for block in content if block is not None]
-            transcript.write(event="response", turn=turn, stop_reason=response.stop_reason,
-                             content=content, usage=_usage_dict(turn_usage),
-                             cost_usd=round(turn_cost, 6))
-            messages.append({"role": "assistant",
-                             "content": content or [{"type": "text", "text": "(no reply)"}]})
+            conv.usage, conv.cost = conv.usage + turn_usage, conv.cost + turn_cost
+            content = [block for block in map(_as_param, response.content) if block is not None]
+            conv.transcript.write(event="response", turn=turn, stop_reason=response.stop_reason,
+                                  content=content, usage=_usage_dict(turn_usage),
+                                  cost_usd=round(turn_cost, 6))
+            conv.messages.append({"role": "assistant",
+                                  "content": content or [{"type": "text", "text": "(no reply)"}]})
             texts = [block["text"] for block in content if block.get("type") == "text"]
             if texts and texts[-1].strip():
-                last_text = texts[-1]
+                conv.last_text = texts[-1]
             tool_uses = [block for block in content if block.get("type") == "tool_use"]
 
             if not tool_uses:
                 if response.stop_reason == "refusal":
-                    end_reason = "refusal"
-                    break
+                    conv.end_reason = "refusal"
+                    return
                 idle_turns += 1
                 if idle_turns >= MAX_IDLE_TURNS:
-                    end_reason = "no_tool_use"
-                    break
-                messages.append({"role": "user", "content": [{"type": "text", "text": (
+                    conv.end_reason = "no_tool_use"
+                    return
+                conv.messages.append({"role": "user", "content": [{"type": "text", "text": (
                     "You ended your turn without calling submit. Continue with the tools; when "
                     "your change is ready, call submit with a one-line description.")}]})
                 continue
@@ -191,30 +214,19 @@ class AnthropicAgent:
                         f"{block['name']} call was not run; write smaller pieces (edit_file)",
                         is_error=True)
                 else:
-                    result = toolbox.call(block["name"], block.get("input"))
-                transcript.write(event="tool", turn=turn, name=block["name"],
-                                 input=block.get("input"), is_error=result.is_error,
-                                 result=result.content)
-                if result.submitted is not None and description is None:
-                    description = result.submitted
+                    result = conv.toolbox.call(block["name"], block.get("input"))
+                conv.transcript.write(event="tool", turn=turn, name=block["name"],
+                                      input=block.get("input"), is_error=result.is_error,
+                                      result=result.content)
+                if result.submitted is not None and conv.submitted is None:
+                    conv.submitted = result.submitted
                 results.append({"type": "tool_result", "tool_use_id": block["id"],
                                 "content": result.content, "is_error": result.is_error})
-            messages.append({"role": "user", "content": results})
-            if description is not None:
-                end_reason = "submit"
-                break
-
-        description = self._description(end_reason, description, last_text)
-        transcript.write(event="end", reason=end_reason, description=description,
-                         cost_usd=round(cost, 6), usage=_usage_dict(usage))
-        log.info("agent: experiment %d ended (%s) after %s, cost $%.4f", ctx.exp, end_reason,
-                 _count_turns(messages), cost)
-        return Proposal(
-            description=description, cost_usd=cost,
-            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-            cache_write_tokens=usage.cache_write_tokens, cache_read_tokens=usage.cache_read_tokens,
-            transcript=transcript.path, extra={"end_reason": end_reason, "model": self.model},
-        )
+            conv.messages.append({"role": "user", "content": results})
+            if conv.submitted is not None:
+                conv.end_reason = "submit"
+                return
+        conv.end_reason = "max_turns"
 
     def tell(self, ctx: AgentContext, outcome: Outcome) -> None:
         # Each experiment starts a fresh conversation; the outcome reaches the next one through
@@ -261,19 +273,34 @@ class AnthropicAgent:
             wait = max(wait, min(retry_after, self.retry.outage_max_wait_s))
         return wait
 
-    def _description(self, end_reason: str, submitted: Optional[str], last_text: str) -> str:
-        if end_reason == "submit":
-            text = submitted or ""
-            return one_line(text) or "agent edit (submitted without a description)"
+    def _description(self, conv: "Conversation") -> str:
+        if conv.end_reason == "submit":
+            return one_line(conv.submitted or "") or "agent edit (submitted without a description)"
         note = {
             "max_turns": f"no submit within --max-turns {self.max_turns}",
             "max_cost": "stopped early: --max-cost reached",
             "no_tool_use": "agent stopped using its tools without submitting",
             "refusal": "agent refused",
             "api_error": "conversation ended by an API error",
-        }[end_reason]
-        detail = one_line(last_text)
+        }[conv.end_reason]
+        detail = one_line(conv.last_text)
         return one_line(f"[{note}] {detail}" if detail else f"[{note}]")
+
+
+@dataclass
+class Conversation:
+    """One experiment's conversation and what it has cost so far."""
+    system: str
+    messages: list[dict]
+    toolbox: Toolbox
+    transcript: "Transcript"
+    spent_before: float = 0.0          # the run's agent cost before this experiment
+    usage: TokenUsage = field(default_factory=TokenUsage)
+    cost: float = 0.0
+    turns: int = 0
+    last_text: str = ""
+    submitted: Optional[str] = None
+    end_reason: str = "max_turns"
 
 
 class Transcript:
@@ -346,8 +373,3 @@ def _usage_dict(usage: TokenUsage) -> dict:
     return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
             "cache_write_tokens": usage.cache_write_tokens,
             "cache_read_tokens": usage.cache_read_tokens}
-
-
-def _count_turns(messages: list[dict]) -> str:
-    turns = sum(1 for message in messages if message["role"] == "assistant")
-    return f"{turns} turn{'s' if turns != 1 else ''}"

@@ -91,7 +91,8 @@ class CommandAgent:
                 process.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-            kill_process_group(process)
+            finally:   # also when the daemon is stopped mid-run: leave no process behind
+                kill_process_group(process)
         elapsed = time.monotonic() - started
         output = stdout_path.read_text(errors="replace")
         description, cost = parse_output(output)

@@ -206,7 +206,8 @@ class Toolbox:
                 process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 timed_out = True
-            kill_process_group(process)
+            finally:   # also when the daemon is stopped mid-command: leave no process behind
+                kill_process_group(process)
             output.seek(0)
             text = output.read().decode(errors="replace")
         elapsed = time.monotonic() - started
