@@ -298,3 +298,28 @@ def test_a_user_price_table_overrides_and_extends_the_prices(tmp_path, monkeypat
         AnthropicAgent.from_args(Namespace(model="m", price_table=str(table)), tmp_path)
     with pytest.raises(AgentConfigError, match="does not exist"):
         AnthropicAgent.from_args(Namespace(price_table=str(tmp_path / "nope.json")), tmp_path)
+
+
+def test_thinking_blocks_go_back_to_the_api_unchanged(tmp_path):
+    # Current models think adaptively; their thinking blocks must be returned with their signature.
+    ctx = make_context(tmp_path)
+    thinking = {"type": "thinking", "thinking": "The lr is low.", "signature": "sig-abc123"}
+    first = tool_turn(("read_file", {"path": "candidate/train.py"}))
+    first.body["content"].insert(0, thinking)
+    with FakeAnthropic([first, tool_turn(("submit", {"description": "x"}))]) as server:
+        make_agent(server).propose(ctx)
+    assistant = server.message_requests[1]["body"]["messages"][1]
+    assert assistant["role"] == "assistant" and assistant["content"][0] == thinking
+
+
+def test_an_outage_given_up_on_reports_what_was_spent(tmp_path):
+    ctx = make_context(tmp_path)
+    script = [tool_turn(("list_files", {"path": "."}), usage_fields=usage(1_000_000, 0)),
+              overloaded(), overloaded(), overloaded(), overloaded()]
+    with FakeAnthropic(script) as server:
+        agent = make_agent(server, model="claude-sonnet-4-6", sdk_retries=1,
+                           retry=RetrySettings(outage_wait_s=0.01, max_outage_waits=1))
+        with pytest.raises(AgentError, match="still unavailable") as raised:
+            agent.propose(ctx)
+    assert raised.value.cost_usd == pytest.approx(3.0)   # the loop adds it to the run's cost
+    assert transcript_events(ctx)[-1]["event"] == "aborted"
