@@ -323,3 +323,14 @@ def test_an_outage_given_up_on_reports_what_was_spent(tmp_path):
             agent.propose(ctx)
     assert raised.value.cost_usd == pytest.approx(3.0)   # the loop adds it to the run's cost
     assert transcript_events(ctx)[-1]["event"] == "aborted"
+
+
+def test_a_model_about_to_retire_is_warned_about(tmp_path, monkeypatch, caplog):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test")
+    with caplog.at_level("WARNING"):
+        AnthropicAgent.from_args(Namespace(model="claude-sonnet-4-5"), tmp_path)
+    assert "claude-sonnet-4-5 is deprecated and retires on November 30th, 2026" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+        AnthropicAgent.from_args(Namespace(model=DEFAULT_MODEL), tmp_path)
+    assert "deprecated" not in caplog.text

@@ -110,10 +110,16 @@ class AnthropicAgent:
             raise AgentConfigError(str(err)) from None
         retry = RetrySettings.from_env()
         max_cost = getattr(args, "max_cost", None)
+        model = getattr(args, "model", None) or DEFAULT_MODEL
+        retirement = _retirement_date(model)
+        if retirement:
+            log.warning("model %s is deprecated and retires on %s; after that every request fails "
+                        "(choose a current model with --model, e.g. %s)", model, retirement,
+                        DEFAULT_MODEL)
         # ANTHROPIC_BASE_URL, when set, is read by the SDK itself.
         client = anthropic.Anthropic(api_key=api_key, max_retries=retry.sdk_max_retries,
                                      timeout=retry.request_timeout_s)
-        return cls(client, model=getattr(args, "model", None) or DEFAULT_MODEL,
+        return cls(client, model=model,
                    max_turns=int(getattr(args, "max_turns", None) or DEFAULT_MAX_TURNS),
                    prices=prices, retry=retry,
                    max_cost_usd=float(max_cost) if max_cost is not None else None)
@@ -373,3 +379,12 @@ def _usage_dict(usage: TokenUsage) -> dict:
     return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens,
             "cache_write_tokens": usage.cache_write_tokens,
             "cache_read_tokens": usage.cache_read_tokens}
+
+
+def _retirement_date(model: str) -> Optional[str]:
+    """The retirement date the SDK knows for a deprecated model, else None."""
+    try:
+        from anthropic._data import DEPRECATED_MODELS
+    except ImportError:   # an SDK without the list: nothing to warn about
+        return None
+    return DEPRECATED_MODELS.get(model)

@@ -45,9 +45,10 @@ class ModelPrice:
         )
 
 
-# From platform.claude.com/docs/en/about-claude/pricing (checked 2026-11): input, output, 5-minute
-# cache write, cache read, one-hour cache write. Check the page when it matters: a table here is a
-# snapshot, and --price-table overrides it.
+# Fields: input, output, 5-minute cache write, cache read, one-hour cache write. From Anthropic's
+# pricing and model pages as seen in November 2026; Sonnet 5.5's cache read reflects the cut of
+# 2026-10-07, and Opus 5.5's cache prices assume the 5.5 multipliers (1.25x, 0.05x, 2x). A table
+# here is a snapshot: check claude.com/pricing when it matters, and override with --price-table.
 DEFAULT_PRICES: dict[str, ModelPrice] = {
     "claude-fable-5-1": ModelPrice.of(10.0, 50.0, 12.50, 0.25, 20.0),
     "claude-mythos-5-1": ModelPrice.of(10.0, 50.0, 12.50, 0.25, 20.0),
