@@ -12,9 +12,20 @@ pointing here) talks to it unchanged. Each POST /v1/messages takes the next repl
 A script item may also be a function of the request body that returns a reply, so a test can react
 to the tool results the agent sent. When the script runs out the server answers 400, which fails the
 test visibly instead of hanging.
+
+For a manual try of the daemon, it also runs from a JSON script, each item either a tool turn or a
+raw reply:
+
+    python -m tests.fake_anthropic script.json --port 8765
+    # script.json: [{"status": 529, "body": {"type": "error", "error": {"type": "overloaded_error",
+    #                "message": "Overloaded"}}},
+    #               {"tools": [["edit_file", {"path": "candidate/train.py", "old": "...", "new": "..."}]]},
+    #               {"tools": [["submit", {"description": "..."}]], "usage": {"input_tokens": 5000}}]
+    ANTHROPIC_API_KEY=x ANTHROPIC_BASE_URL=http://127.0.0.1:8765 python -m orchestrator run ...
 """
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import threading
@@ -99,12 +110,12 @@ def result_text(block: dict) -> str:
 
 
 class FakeAnthropic:
-    def __init__(self, script: Script):
+    def __init__(self, script: Script, port: int = 0):
         self.script = list(script)
         self.requests: list[dict] = []
         self.lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"fake": self})
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
                                        daemon=True)
@@ -169,3 +180,33 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
+
+
+def reply_from_json(item: dict) -> Reply:
+    if "tools" in item:
+        return tool_turn(*[(name, arguments) for name, arguments in item["tools"]],
+                         text=item.get("text", ""), usage_fields=usage(**{
+                             {"cache_creation_input_tokens": "cache_write",
+                              "cache_read_input_tokens": "cache_read"}.get(k, k): v
+                             for k, v in item.get("usage", {}).items()}))
+    return Reply(item.get("status", 200), item["body"], item.get("headers", {}),
+                 item.get("delay_s", 0.0))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="a scripted fake Messages API on 127.0.0.1")
+    parser.add_argument("script", help="JSON list of replies")
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args()
+    with open(args.script) as file:
+        script = [reply_from_json(item) for item in json.load(file)]
+    fake = FakeAnthropic(script, port=args.port)
+    print(f"fake Messages API on {fake.url} with {len(script)} replies; Ctrl-C stops it", flush=True)
+    try:
+        fake.server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -44,7 +44,7 @@ TRANSIENT_STATUS = {408, 409, 429}   # plus every 5xx (529 overloaded included)
 class RetrySettings:
     sdk_max_retries: int = 4           # the SDK's own quick retries (0.5 s doubling to 8 s)
     request_timeout_s: float = 600.0   # one request; the SDK retries a timed-out request
-    outage_wait_s: float = 30.0        # first wait once the SDK has given up
+    outage_wait_s: float = 10.0        # first wait once the SDK has given up
     outage_max_wait_s: float = 600.0   # the waits double up to this
     max_outage_waits: Optional[int] = None   # None: wait for as long as the outage lasts
 
@@ -183,11 +183,13 @@ class AnthropicAgent:
                 conv.end_reason = "api_error"
                 return
             conv.turns = turn
-            turn_usage = TokenUsage.from_api(response.usage)
+            turn_usage = TokenUsage.from_api(getattr(response, "usage", None))
             turn_cost = self.prices.cost_usd(self.model, turn_usage)
             conv.usage, conv.cost = conv.usage + turn_usage, conv.cost + turn_cost
-            content = [block for block in map(_as_param, response.content) if block is not None]
-            conv.transcript.write(event="response", turn=turn, stop_reason=response.stop_reason,
+            content = [block for block in map(_as_param, getattr(response, "content", None) or [])
+                       if block is not None]
+            stop_reason = getattr(response, "stop_reason", None)
+            conv.transcript.write(event="response", turn=turn, stop_reason=stop_reason,
                                   content=content, usage=_usage_dict(turn_usage),
                                   cost_usd=round(turn_cost, 6))
             conv.messages.append({"role": "assistant",
@@ -198,7 +200,7 @@ class AnthropicAgent:
             tool_uses = [block for block in content if block.get("type") == "tool_use"]
 
             if not tool_uses:
-                if response.stop_reason == "refusal":
+                if stop_reason == "refusal":
                     conv.end_reason = "refusal"
                     return
                 idle_turns += 1
@@ -213,7 +215,7 @@ class AnthropicAgent:
 
             results = []
             for block in tool_uses:
-                if response.stop_reason == "max_tokens":
+                if stop_reason == "max_tokens":
                     # The reply was cut: this call's input may be incomplete, so it is not run.
                     result = ToolResult(
                         f"your reply hit the {self.max_tokens}-token output limit, so this "

@@ -99,6 +99,8 @@ class TokenUsage:
     @classmethod
     def from_api(cls, usage: Any) -> "TokenUsage":
         """From the `usage` of an anthropic Message (fields the server leaves out count as 0)."""
+        if usage is None:
+            return cls()
         one_hour = 0
         breakdown = getattr(usage, "cache_creation", None)
         if breakdown is not None:
