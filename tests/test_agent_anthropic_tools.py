@@ -71,3 +71,33 @@ def test_list_files_skips_git_and_reports_sizes(tmp_path):
     lines = listing.splitlines()
     assert f"candidate/train.py  {os.path.getsize(worktree / 'candidate/train.py')}" in lines
     assert not any(line.startswith(".git/") for line in lines)
+
+
+def test_a_stop_signal_during_run_leaves_no_process_behind(tmp_path):
+    # The daemon's SIGTERM handler raises inside the agent's turn; the command must die with it.
+    import signal
+
+    class Stopped(Exception):
+        pass
+
+    def on_alarm(signum, frame):
+        raise Stopped()
+
+    worktree = make_worktree(tmp_path)
+    pid_file = tmp_path / "grandchild.pid"
+    previous = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, 0.5)
+    try:
+        Toolbox(worktree, []).call("run", {
+            "command": f"(sleep 300 & echo $! > {pid_file}; wait)", "timeout_s": 60})
+        raise AssertionError("the stop did not interrupt the command")
+    except Stopped:
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    grandchild = int(pid_file.read_text())
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(grandchild) and psutil.Process(grandchild).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, "the command survived the stop"
+        time.sleep(0.05)
