@@ -1,0 +1,104 @@
+"""Crash safety and control of a running daemon: the lock, status, kill -9 then --resume with
+nothing lost and no orphan process, and `stop`."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import git
+import psutil
+
+from tests.conftest import FAST, TINY_TRAIN_PY, read_results, run_daemon, start_daemon, tiny_train_py, write_replay
+
+TAG = "crashy"
+
+HANG_WITH_GRANDCHILD = tiny_train_py(BIAS=0.5).replace("out = Path(", """\
+import subprocess
+_child = subprocess.Popen(["sleep", "600"])
+Path(os.environ["AUTORL_OUTPUT_DIR"]).mkdir(parents=True, exist_ok=True)
+(Path(os.environ["AUTORL_OUTPUT_DIR"]) / "pids").write_text(f"{os.getpid()} {_child.pid}")
+time.sleep(600)
+out = Path(""", 1)
+
+
+def wait_for_training(run_dir, exp, proc, timeout=90):
+    """Until exp is in its train run and the train process has written its pids."""
+    deadline = time.time() + timeout
+    pids = run_dir / f"exp-{exp:04d}" / "out" / "pids"
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.stdout.read()
+        state = json.loads((run_dir / "state.json").read_text()) if (run_dir / "state.json").exists() else {}
+        in_flight = state.get("in_flight") or {}
+        if in_flight.get("exp") == exp and in_flight.get("stage") == "train" and pids.exists():
+            return [int(p) for p in pids.read_text().split()]
+        time.sleep(0.2)
+    raise AssertionError(f"exp {exp} never started training")
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_lock_kill_9_resume_status_and_stop(autorl_repo, tmp_path):
+    repo = autorl_repo(TINY_TRAIN_PY)
+    run_dir = repo / "results" / TAG
+    replay = write_replay(tmp_path / "replay", {
+        1: {"candidate/train.py": HANG_WITH_GRANDCHILD, "DESCRIPTION": "hangs, then the daemon is killed"},
+        2: {"candidate/train.py": HANG_WITH_GRANDCHILD, "DESCRIPTION": "hangs, then stop"},
+    })
+    args = ("run", "--env", "CartPole-v1", "--tag", TAG, "--agent", "replay", "--replay-dir", str(replay),
+            "--budget", "120", *FAST)
+    daemon = start_daemon(repo, *args)
+    train_pid, grandchild = wait_for_training(run_dir, 1, daemon)
+
+    # A second daemon on the same tag exits at once, naming the running pid.
+    second = run_daemon(repo, *args, "--resume", timeout=60)
+    assert second.returncode != 0 and f"pid {daemon.pid}" in second.stderr
+    # Without --resume an existing tag is refused.
+    again = run_daemon(repo, *args, timeout=60)
+    assert again.returncode != 0 and "--resume" in again.stderr
+
+    status = run_daemon(repo, "status", "--tag", TAG, timeout=60)
+    assert f"running (pid {daemon.pid})" in status.stdout and "in flight: exp 1 (train, train)" in status.stdout
+
+    # kill -9 of the daemon mid-training leaves an orphaned train process group.
+    os.kill(daemon.pid, signal.SIGKILL)
+    daemon.wait(timeout=10)
+    assert alive(train_pid) and alive(grandchild)
+    assert read_results(repo, TAG)["status"].tolist() == ["baseline", "baseline"]
+    text_before = (run_dir / "results.tsv").read_text()
+    assert "not running" in run_daemon(repo, "status", "--tag", TAG, timeout=60).stdout
+
+    # --resume records exp 1 interrupted, kills the orphans, and goes on with exp 2.
+    resumed = start_daemon(repo, *args, "--resume")
+    wait_for_training(run_dir, 2, resumed)
+    assert not alive(train_pid) and not alive(grandchild)
+    rows = read_results(repo, TAG)
+    assert rows["exp"].tolist() == [0, 0, 1]
+    assert rows["status"].tolist() == ["baseline", "baseline", "interrupted"]
+    assert (run_dir / "results.tsv").read_text().startswith(text_before)  # nothing lost or rewritten
+    main = git.Repo(repo)
+    assert main.commit(f"refs/autorl/{TAG}/exp-0001").message.strip() == "hangs, then the daemon is killed"
+
+    # stop: the experiment in flight is aborted and recorded; the daemon exits cleanly.
+    train_pid, grandchild = [int(p) for p in (run_dir / "exp-0002" / "out" / "pids").read_text().split()]
+    stop = run_daemon(repo, "stop", "--tag", TAG, timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    assert resumed.wait(timeout=30) == 0
+    output = resumed.stdout.read()
+    assert "resuming run" in output and "interrupted" in output
+    assert not alive(train_pid) and not alive(grandchild)
+    rows = read_results(repo, TAG)
+    assert rows["status"].tolist() == ["baseline", "baseline", "interrupted", "interrupted"]
+    assert rows["exp"].tolist() == [0, 0, 1, 2]
+    # The worktree is back at the best commit (the start), clean.
+    worktree = git.Repo(repo / "runs" / TAG)
+    assert worktree.head.commit == main.commit("main") == main.commit(f"autorl/{TAG}")
+    assert not worktree.is_dirty(untracked_files=True)
+    assert "not running" in run_daemon(repo, "status", timeout=60).stdout
+    assert run_daemon(repo, "stop", "--tag", TAG, timeout=60).returncode == 1  # nothing to stop

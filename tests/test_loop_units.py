@@ -1,0 +1,156 @@
+"""The noise rule (confirmation by a second seed), agent failures with backoff, the cost cap,
+and the small pieces: results.tsv torn lines, the scrubbed environment, tags, --until, schedules."""
+from __future__ import annotations
+
+import signal
+from argparse import Namespace
+from datetime import datetime
+
+import pandas as pd
+import pytest
+
+from orchestrator import runner
+from orchestrator.agents.base import AgentError
+from orchestrator.agents.replay import ReplayAgent
+from orchestrator.loop import Limits, Options, RunError, check_tag, default_tag, parse_until, start
+from orchestrator.phases import parse_schedule
+from orchestrator.results import HEADER, ResultsFile, Row
+from tests.conftest import read_results, tiny_train_py, write_replay
+
+
+def seed_dependent(bias_by_seed: dict[int, float]) -> str:
+    """A train.py whose policy depends on AUTORL_SEED: a noisy learner with a known outcome."""
+    return tiny_train_py().replace(
+        "Controller(BIAS)", f"Controller({bias_by_seed!r}[int(os.environ['AUTORL_SEED'])])")
+
+
+class FlakyAgent:
+    """A replay agent whose first turn fails after spending money (an API outage mid-turn)."""
+
+    name = "flaky-replay"
+
+    def __init__(self, replay: ReplayAgent):
+        self.replay = replay
+        self.calls = 0
+
+    def propose(self, ctx):
+        self.calls += 1
+        if self.calls == 1:
+            error = AgentError("overloaded (529)")
+            error.cost_usd = 0.25
+            raise error
+        return self.replay.propose(ctx)
+
+    def tell(self, ctx, outcome):
+        self.replay.tell(ctx, outcome)
+
+
+@pytest.fixture
+def restore_signals():
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)
+
+
+def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_signals, capsys):
+    # Baseline: seed 1 scores ~145, seed 2 ~260: best is their mean (~200), the noise their spread (~115).
+    repo = autorl_repo(seed_dependent({1: 1.0, 2: 0.5}))
+    replay = write_replay(tmp_path / "replay", {
+        # ~260 with seed 1: a win inside the noise; seed 2 gives ~9, so the mean is no win.
+        1: {"candidate/train.py": seed_dependent({1: 0.5, 2: 5.0}), "DESCRIPTION": "lucky seed", "COST_USD": "0.5"},
+        # ~260 with seed 1, then 500 with seed 2: confirmed.
+        2: {"candidate/train.py": seed_dependent({1: 0.5, 2: 0.0}), "DESCRIPTION": "real gain", "COST_USD": "0.5"},
+        3: {"candidate/train.py": seed_dependent({1: 0.0, 2: 0.0}), "DESCRIPTION": "never run"},
+    })
+    agents = []
+
+    def factory(args, run_dir):
+        agents.append(FlakyAgent(ReplayAgent(args.replay_dir)))
+        return agents[-1]
+
+    options = Options(env_id="CartPole-v1", tag="noisy", agent="replay", budget_s=2, grace_s=5, eval_episodes=10,
+                      eval_workers=1, limits=Limits(max_cost=1.0, backoff_base_s=0.1), repo=repo,
+                      agent_args=Namespace(replay_dir=replay))
+    assert start(options, factory, environ={}) == 0
+
+    rows = read_results(repo, "noisy")
+    assert rows["status"].tolist() == ["baseline", "baseline", "discard", "keep"]
+    base1, base2 = rows["score"][:2]
+    assert base2 - base1 > 50
+    assert rows["best"][1] == pytest.approx((base1 + base2) / 2, abs=1e-3)
+    lucky, real = rows.iloc[2], rows.iloc[3]
+    assert "not confirmed over 2 seeds" in lucky["description"] and lucky["score"] < rows["best"][1]
+    assert "confirmed over 2 seeds" in real["description"]
+    assert real["score"] == pytest.approx((260 + 500) / 2, abs=10) and real["best"] == real["score"]
+    run_dir = repo / "results" / "noisy"
+    assert (run_dir / "exp-0002" / "confirm" / "train.log").exists()
+    # The failed turn's cost is charged to the experiment that followed; the cap ended the night.
+    assert rows["cost_usd"].tolist() == [0.0, 0.0, 0.75, 0.5]
+    assert agents[0].calls == 3
+    log_text = (run_dir / "daemon.log").read_text()
+    assert "the agent failed (AgentError: overloaded (529)); retrying" in log_text
+    assert "--max-cost reached ($1.25 of $1.00)" in log_text
+    assert not (run_dir / "exp-0003").exists()
+
+    # An existing tag is refused without --resume.
+    with pytest.raises(RunError, match="--resume"):
+        start(options, factory, environ={})
+
+
+def test_results_file_tolerates_a_torn_last_line(tmp_path):
+    results = ResultsFile(tmp_path / "results.tsv")
+    results.create()
+    results.append(Row(exp=0, phase="train", status="baseline", commit="abc1234", score=10.5, best=10.5,
+                       description="tab\tand\nnewline"))
+    with open(results.path, "a") as handle:
+        handle.write("1\t2026-11-21T00:00:00Z\ttrain\tdef5678\tke")  # power cut mid-row
+    assert [r.exp for r in results.read()] == [0]
+    assert results.read()[0].description == "tab and newline"
+    assert len(pd.read_csv(results.path, sep="\t")) == 2  # pandas still reads it
+    assert results.repair_torn_tail().startswith("1\t")
+    results.append(Row(exp=1, phase="train", status="crash", commit="def5678", best=10.5))
+    frame = pd.read_csv(results.path, sep="\t")
+    assert results.path.read_text().startswith(HEADER)
+    assert frame["status"].tolist() == ["baseline", "crash"] and frame["score"].isna().tolist() == [False, True]
+    with pytest.raises(ValueError, match="unknown status"):
+        Row(exp=1, phase="train", status="great")
+
+
+def test_scrubbed_env_drops_secrets_by_name_and_by_value(monkeypatch):
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "tok-123456789")
+    monkeypatch.setenv("HARMLESS_NAME", "prefix-tok-123456789")
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:1")
+    monkeypatch.setenv("DB_PASSWORD", "hunter22hunter")
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    env = runner.scrubbed_env({"AUTORL_SEED": "3"})
+    for name in ("MY_SERVICE_TOKEN", "HARMLESS_NAME", "ANTHROPIC_BASE_URL", "DB_PASSWORD"):
+        assert name not in env
+    assert env["OMP_NUM_THREADS"] == "1" and env["AUTORL_SEED"] == "3" and "PATH" in env
+
+
+def test_parse_summary_reads_the_tail_after_the_last_separator():
+    log = "---\nenv_steps: 1\nnoise\n---\nenv_steps: 12345\nsps: 4100\nepisode_return: 231.5\nenv_id: Foo-v1\n"
+    assert runner.parse_summary(log) == {"env_steps": 12345, "sps": 4100, "episode_return": 231.5,
+                                         "env_id": "Foo-v1"}
+    assert runner.parse_summary("no summary\n") == {}
+
+
+def test_tags_until_and_schedules():
+    assert default_tag("BipedalWalker-v3", datetime(2026, 11, 21)) == "bipedalwalker_v3-nov21"
+    assert check_tag("my-run_2.a") == "my-run_2.a"
+    for bad in ("a/b", "-x", "a..b", "x.lock", "a b"):
+        with pytest.raises(RunError):
+            check_tag(bad)
+    evening = datetime(2026, 11, 21, 22, 0)
+    assert parse_until("07:00", evening) == datetime(2026, 11, 22, 7, 0).timestamp()
+    assert parse_until("23:30", evening) == datetime(2026, 11, 21, 23, 30).timestamp()
+    for bad in ("25:00", "7", "07:60"):
+        with pytest.raises(RunError, match="HH:MM"):
+            parse_until(bad, evening)
+    assert parse_schedule(None, None) == ["train"]
+    assert parse_schedule("train", "train:2") == ["train", "train"]
+    with pytest.raises(ValueError, match="bogus"):
+        parse_schedule("bogus", None)
+    with pytest.raises(ValueError, match="PHASE:COUNT"):
+        parse_schedule(None, "train:x")
