@@ -67,6 +67,8 @@ class RunningMeanStd:
         self.count = 1e-4
 
     def update(self, x):
+        if x.shape[0] == 0:
+            return
         batch_mean, batch_var, batch_count = x.mean(axis=0), x.var(axis=0), x.shape[0]
         delta = batch_mean - self.mean
         total = self.count + batch_count
@@ -112,7 +114,7 @@ class Agent(nn.Module):
 class ExportedPolicy(nn.Module):
     """Deterministic policy for the harness: raw observation batch -> action batch."""
 
-    def __init__(self, actor, obs_mean, obs_var, obs_clip: float, num_obs_categories: int, discrete: bool):
+    def __init__(self, actor, obs_mean, obs_var, obs_clip, num_obs_categories, discrete):
         super().__init__()
         self.actor = actor
         self.register_buffer("obs_mean", torch.as_tensor(obs_mean, dtype=torch.float32))
@@ -291,7 +293,10 @@ def main():
     policy.eval()
     with warnings.catch_warnings():  # TorchScript is deprecated upstream but is the artifact format
         warnings.simplefilter("ignore", DeprecationWarning)
-        torch.jit.save(torch.jit.script(policy), str(OUTPUT_DIR / "policy.pt"))
+        # Traced, not scripted: tracing needs no source file, so the export cannot break if
+        # train.py changes on disk while it runs.
+        example = torch.as_tensor(np.stack([obs_space.sample() for _ in range(2)]), dtype=torch.float32)
+        torch.jit.save(torch.jit.trace(policy, example), str(OUTPUT_DIR / "policy.pt"))
 
     print("---")
     print(f"env_id: {ENV_ID}")
