@@ -228,7 +228,8 @@ class Run:
             return runner.run_harness(
                 self.harness, cfg.harness_sha256, policy, cfg.env_id, cfg.eval_episodes, cfg.eval_seed,
                 exp_dir / "eval.json", exp_dir / "eval.log", cfg.eval_timeout_s, self.stop.requested,
-                workers=cfg.eval_workers, on_spawn=lambda pgid: self.note_process(pgid, "eval"))
+                workers=cfg.eval_workers, on_spawn=lambda pgid: self.note_process(pgid, "eval"),
+                on_tick=lambda t: progress.show(f"{exp_dir.name}: evaluating {cfg.eval_episodes} episodes, {t:.0f}s"))
         except runner.HarnessTampered as exc:
             log.error("%s; restoring it from the copy verified at startup", exc)
             self.harness.write_bytes(self.harness_bytes)
@@ -386,10 +387,10 @@ class Run:
                   verdict: Verdict, description: str, cost: float, started: float) -> None:
         if verdict.status == "keep":
             self.best_commit, self.best_score = commit, verdict.score
-        else:
-            if commit:
-                self.workspace.keep_ref(exp, commit)
-            self.workspace.reset_to(self.best_commit)
+        elif commit:
+            self.workspace.keep_ref(exp, commit)
+        # Also after a keep: whatever the train run wrote into the worktree goes.
+        self.workspace.reset_to(self.best_commit)
         text = description.strip() or "(no description)"
         if verdict.note:
             text = f"{text} [{verdict.note}]"

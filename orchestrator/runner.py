@@ -200,6 +200,7 @@ def run_train(
         "AUTORL_SEED": str(seed),
         "AUTORL_ENV_ID": env_id,
         "PYTHONUNBUFFERED": "1",  # a killed run still leaves its log
+        "PYTHONDONTWRITEBYTECODE": "1",  # no stray __pycache__ in the worktree
     })
     result = run_group([sys.executable, TRAIN_SCRIPT], worktree, env, log_path, budget_s + grace_s,
                        should_stop, on_spawn, on_tick)
@@ -255,6 +256,7 @@ def run_harness(
     should_stop: Callable[[], bool],
     workers: Optional[int] = None,
     on_spawn: Callable[[int], None] = lambda pgid: None,
+    on_tick: Callable[[float], None] = lambda elapsed: None,
 ) -> EvalResult:
     """Score `policy` with the run's copy of evaluate.py in a fresh process.
 
@@ -270,7 +272,7 @@ def run_harness(
     out_json.unlink(missing_ok=True)
     cmd = [sys.executable, str(harness), "--policy", str(policy), "--env", env_id,
            "--episodes", str(episodes), "--seed", str(seed), "--out", str(out_json)]
-    proc = run_group(cmd, harness.parent, env, log_path, timeout_s, should_stop, on_spawn)
+    proc = run_group(cmd, harness.parent, env, log_path, timeout_s, should_stop, on_spawn, on_tick)
     wall = proc.wall_s
     if proc.interrupted:
         return EvalResult(False, error="interrupted", interrupted=True, wall_s=wall)

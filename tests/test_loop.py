@@ -25,6 +25,7 @@ import json as _json
 _out = Path(os.environ["AUTORL_OUTPUT_DIR"])
 _out.mkdir(parents=True, exist_ok=True)
 (_out / "env.json").write_text(_json.dumps(dict(os.environ)))
+(Path.cwd() / "scratch.txt").write_text("left behind by a train run")  # must not taint exp 2
 """
 
 SPAWN_SLEEPER_AND_HANG = """
