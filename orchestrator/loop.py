@@ -266,6 +266,8 @@ class Run:
             if len(self.rows()) <= in_flight.get("rows_before", 0):
                 exp, commit = in_flight["exp"], in_flight.get("commit")
                 self._load_best()
+                # Died between committing and recording the commit: the branch tip is that commit.
+                commit = commit or (self.workspace.head() if self.workspace.head() != self.best_commit else None)
                 if commit and commit != self.best_commit:
                     self.workspace.keep_ref(exp, commit)
                 self.append(Row(exp=exp, phase=in_flight.get("phase", "train"), status="interrupted",
@@ -309,7 +311,8 @@ class Run:
                 if m.status == "interrupted":
                     return False
                 raise RunError(f"the unmodified {runner.TRAIN_SCRIPT} failed its baseline run ({m.status}: "
-                               f"{m.note}); see {exp_dir / 'train.log'}")
+                               f"{m.note}); see {exp_dir / 'train.log'}. Fix it, commit, and start a new run "
+                               f"(--tag), or `--resume` to retry this one as it is")
             scores = [r.score for r in done] + [m.score]
             self.best_score = sum(scores) / len(scores)
             self.append(Row(exp=0, phase=phase.name, status="baseline", commit=commit, score=m.score,

@@ -59,7 +59,21 @@ class Workspace:
         base = self.main.head.commit.hexsha
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.main.git.worktree("add", "-b", self.branch, str(self.path), base)
+        self._exclude_run_folders()
         return base
+
+    def _exclude_run_folders(self) -> None:
+        """Keep runs/ and results/ out of the user's `git status` even without a .gitignore entry."""
+        exclude = Path(self.main.git_dir) / "info" / "exclude"
+        for folder in ("runs", "results"):
+            try:
+                self.main.git.check_ignore("-q", f"{folder}/{self.tag}")
+                continue  # already ignored
+            except git.GitCommandError:
+                pass
+            exclude.parent.mkdir(parents=True, exist_ok=True)
+            with open(exclude, "a") as handle:
+                handle.write(f"/{folder}/\n")
 
     def ensure(self) -> None:
         """On resume: recreate the worktree for the existing branch if its folder was removed."""
