@@ -106,21 +106,28 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    # verify and bench own their arguments.
-    if argv and argv[0] == "verify":
-        from envs_fast.verify import main as verify_main
-
-        return int(verify_main(argv[1:]) or 0)
-    if argv and argv[0] == "bench":
-        from envs_fast.bench import main as bench_main
-
-        return int(bench_main(argv[1:]) or 0)
+    if argv and argv[0] in ("verify", "bench"):  # they own their arguments
+        return _delegate(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "run":
         return _run(args)
     if args.command == "status":
         return _status(args)
     return _stop(args)
+
+
+def _delegate(command: str, argv: list[str]) -> int:
+    import importlib
+
+    try:
+        module = importlib.import_module(f"envs_fast.{command}")
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("envs_fast", f"envs_fast.{command}"):
+            raise
+        print(f"autorl: error: `{command}` needs envs_fast/{command}.py, which this checkout does not have",
+              file=sys.stderr)
+        return 1
+    return int(module.main(argv) or 0)
 
 
 def _run(args) -> int:

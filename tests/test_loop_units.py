@@ -15,7 +15,7 @@ from orchestrator.agents.replay import ReplayAgent
 from orchestrator.loop import Limits, Options, RunError, check_tag, default_tag, parse_until, start
 from orchestrator.phases import parse_schedule
 from orchestrator.results import HEADER, ResultsFile, Row
-from tests.conftest import read_results, tiny_train_py, write_replay
+from tests.conftest import read_results, run_daemon, tiny_train_py, write_replay
 
 
 def seed_dependent(bias_by_seed: dict[int, float]) -> str:
@@ -154,3 +154,16 @@ def test_tags_until_and_schedules():
         parse_schedule("bogus", None)
     with pytest.raises(ValueError, match="PHASE:COUNT"):
         parse_schedule(None, "train:x")
+
+
+def test_cli_dispatch_and_argument_errors(autorl_repo):
+    repo = autorl_repo(tiny_train_py())
+    verify = run_daemon(repo, "verify", "--help", timeout=120)
+    assert verify.returncode == 0 and "--backend" in verify.stdout
+    assert run_daemon(repo, "status", timeout=60).stdout.startswith("no runs under")
+    no_env = run_daemon(repo, "run", timeout=60)
+    assert no_env.returncode == 1 and "--env ENV_ID is required" in no_env.stderr
+    nothing = run_daemon(repo, "run", "--env", "CartPole-v1", "--resume", timeout=60)
+    assert nothing.returncode == 1 and "no run to resume" in nothing.stderr
+    bad_budget = run_daemon(repo, "run", "--env", "CartPole-v1", "--budget", "-3", timeout=60)
+    assert bad_budget.returncode == 2 and "must be positive" in bad_budget.stderr
