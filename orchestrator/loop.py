@@ -10,6 +10,7 @@ results/<tag>/state.json before each step, so `--resume` after any crash can acc
 from __future__ import annotations
 
 import json
+import os
 import re
 import secrets
 import shutil
@@ -155,7 +156,8 @@ class Run:
         self.harness_bytes = harness_bytes
         self.results = ResultsFile(run_dir / "results.tsv")
         self.agent = None
-        self.schedule = [PHASES[name]() for name in config.schedule]
+        phases = {name: PHASES[name]() for name in set(config.schedule)}  # one instance per kind
+        self.schedule = [phases[name] for name in config.schedule]
         self.pending_cost = 0.0          # spent by agent turns that failed before a row
         self.agent_failures = 0
         self.last_failure: Optional[str] = None
@@ -216,8 +218,6 @@ class Run:
         self._save_state()
 
     def _save_state(self) -> None:
-        import os
-
         write_state(self.run_dir, {"pid": os.getpid(), "session_started": self.session_started,
                                    "in_flight": self.in_flight})
 
@@ -438,13 +438,24 @@ class Run:
             return "the deadline leaves no time for another experiment"
         return None
 
+    def phase_for(self, exp: int) -> Optional[Phase]:
+        """The schedule's phase for this experiment, skipping phases that are done."""
+        count = len(self.schedule)
+        for offset in range(count):
+            phase = self.schedule[(exp - 1 + offset) % count]
+            if phase.wants_turn(self):
+                return phase
+        return None
+
     def loop(self) -> str:
         while True:
             reason = self.stop_reason()
             if reason:
                 return reason
             exp = self.next_exp()
-            phase = self.schedule[(exp - 1) % len(self.schedule)]
+            phase = self.phase_for(exp)
+            if phase is None:
+                return "no phase wants another experiment"
             try:
                 self.run_experiment(exp, phase)
             except NoMoreProposals as exc:

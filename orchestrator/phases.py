@@ -4,8 +4,15 @@ proposal is run, scored and judged.
 The loop does what every phase shares: ask the agent, check the change (non-empty, allowed
 paths, compiles), commit, then hand the commit to `phase.execute(run, exp, exp_dir, commit)`,
 and finally keep the commit or file it under refs/autorl/<tag>/exp-NNNN according to the
-returned Verdict. A new phase (translate) subclasses Phase, registers itself in PHASES, and
-may call back into the run (`run.propose(...)`, `run.commit_round(...)`) for repair rounds.
+returned Verdict (keep moves run.best_score/best_commit to the verdict's score and commit).
+
+A new phase (translate) subclasses Phase and registers itself in PHASES. What it can use:
+- `allowed_paths(run)` (glob patterns allowed) and `wants_turn(run)` (False: the schedule skips it);
+- inside execute: `run.context(exp, self, exp_dir, repair_round=K)` + `run.propose(ctx)` for a
+  repair round, `run.workspace.changed_paths/commit/diff`, `self.check(run, changed)`;
+- `TrainPhase().measure(run, label, seed, exp_dir)` to retrain the incumbent (a re-baseline),
+  `run.append(Row(...))` for an extra row, `run.stop.requested()` to notice a stop;
+- a Verdict's `sps` and `note` fill the row's sps and the bracketed reason in its description.
 """
 from __future__ import annotations
 
@@ -50,6 +57,10 @@ class Phase:
 
     def allowed_paths(self, run: "Run") -> list[str]:
         raise NotImplementedError
+
+    def wants_turn(self, run: "Run") -> bool:
+        """False once this phase has nothing left to do (the schedule then skips it)."""
+        return True
 
     def check(self, run: "Run", changed: list[str]) -> Optional[str]:
         """Why the change may not be run (None when it may)."""
