@@ -1,0 +1,152 @@
+"""A functional JAX backend as a `gymnasium.vector.VectorEnv` (so the torch PPO trains on it unchanged).
+
+Semantics follow gymnasium's SyncVectorEnv in NEXT_STEP autoreset mode: the step after an episode
+ends returns the reset observation with reward 0 and both flags False; episodes are truncated at the
+registered spec's `max_episode_steps`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from envs_fast.backend import FunctionalBackend, check_env_id
+
+
+def reference_spaces(env_id: str) -> tuple[gym.Space, gym.Space]:
+    env = gym.make(env_id)
+    try:
+        return env.observation_space, env.action_space
+    finally:
+        env.close()
+
+
+def max_episode_steps(env_id: str) -> int | None:
+    return check_env_id(env_id).max_episode_steps
+
+
+def _select(mask, when_true, when_false):
+    """Per-env choice between two batched pytrees (mask has shape [num_envs])."""
+
+    def pick(a, b):
+        m = mask.reshape(mask.shape + (1,) * (a.ndim - 1))
+        return jnp.where(m, a, b)
+
+    return jax.tree_util.tree_map(pick, when_true, when_false)
+
+
+def make_batched_functions(backend: FunctionalBackend, time_limit: int | None):
+    """Jittable batched reset and autoresetting step shared by the adapter and the benchmark."""
+    limit = time_limit if time_limit is not None else np.iinfo(np.int32).max
+
+    def batched_reset(keys):
+        return jax.vmap(backend.reset)(keys)
+
+    def batched_step(key, state, elapsed, needs_reset, actions):
+        num_envs = needs_reset.shape[0]
+        step_key, reset_key = jax.random.split(key)
+        obs, new_state, reward, terminated = jax.vmap(backend.step)(
+            jax.random.split(step_key, num_envs), state, actions
+        )
+        reset_obs, reset_state = batched_reset(jax.random.split(reset_key, num_envs))
+        elapsed = elapsed + 1
+        terminated = jnp.asarray(terminated, bool).reshape(num_envs)
+        truncated = elapsed >= limit
+        obs = _select(needs_reset, reset_obs, obs)
+        new_state = _select(needs_reset, reset_state, new_state)
+        reward = jnp.where(needs_reset, 0.0, jnp.asarray(reward).reshape(num_envs))
+        terminated = jnp.where(needs_reset, False, terminated)
+        truncated = jnp.where(needs_reset, False, truncated)
+        elapsed = jnp.where(needs_reset, 0, elapsed)
+        return obs, new_state, reward, terminated, truncated, elapsed, terminated | truncated
+
+    return batched_reset, batched_step
+
+
+def _to_numpy(tree, space: gym.Space):
+    """Backend output (a pytree of jax arrays) -> numpy in the batched space's structure and dtype."""
+    if isinstance(space, gym.spaces.Tuple):
+        return tuple(_to_numpy(t, s) for t, s in zip(tree, space.spaces))
+    if isinstance(space, gym.spaces.Dict):
+        return {k: _to_numpy(tree[k], s) for k, s in space.spaces.items()}
+    return np.asarray(tree).astype(space.dtype, copy=False).reshape(space.shape)
+
+
+class JaxVectorEnv(VectorEnv):
+    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
+
+    def __init__(self, backend: FunctionalBackend, num_envs: int, seed: int | None = None):
+        if num_envs < 1:
+            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        self.backend = backend
+        self.env_id = backend.env_id
+        self.num_envs = num_envs
+        self.single_observation_space, self.single_action_space = reference_spaces(backend.env_id)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self.max_episode_steps = max_episode_steps(backend.env_id)
+        self.render_mode = None
+        self.spec = None
+        reset_fn, step_fn = make_batched_functions(backend, self.max_episode_steps)
+        self._reset_fn = jax.jit(reset_fn)
+        self._step_fn = jax.jit(step_fn)
+        self._key = jax.random.PRNGKey(0 if seed is None else seed)
+        self._state = None
+        if seed is not None:
+            self.observation_space.seed(seed)
+            self.action_space.seed(seed)
+
+    def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
+        if options:
+            raise ValueError(f"{type(self).__name__} does not support reset options, got {options}")
+        if seed is not None:
+            if isinstance(seed, (list, tuple)):
+                if len(seed) != self.num_envs:
+                    raise ValueError(f"expected {self.num_envs} seeds, got {len(seed)}")
+                self._key = jax.random.PRNGKey(int(seed[0]))
+                keys = jnp.stack([jax.random.PRNGKey(int(s)) for s in seed])
+            else:
+                self._key = jax.random.PRNGKey(int(seed))
+                self._key, sub = jax.random.split(self._key)
+                keys = jax.random.split(sub, self.num_envs)
+        else:
+            self._key, sub = jax.random.split(self._key)
+            keys = jax.random.split(sub, self.num_envs)
+        obs, self._state = self._reset_fn(keys)
+        self._elapsed = jnp.zeros(self.num_envs, jnp.int32)
+        self._needs_reset = jnp.zeros(self.num_envs, bool)
+        return _to_numpy(obs, self.observation_space), {}
+
+    def _actions_to_jax(self, actions):
+        space = self.single_action_space
+        if isinstance(space, gym.spaces.Discrete):
+            actions = np.asarray(actions).reshape(self.num_envs)
+            if not np.all((actions >= space.start) & (actions < space.start + space.n)):
+                raise ValueError(f"actions {actions} outside {space}")
+            return jnp.asarray(actions, jnp.int32)  # the same action values the reference receives
+        if isinstance(space, gym.spaces.Box):
+            return jnp.asarray(np.asarray(actions, dtype=space.dtype).reshape((self.num_envs,) + space.shape))
+        return jax.tree_util.tree_map(jnp.asarray, actions)
+
+    def step(self, actions):
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        self._key, sub = jax.random.split(self._key)
+        obs, self._state, reward, terminated, truncated, self._elapsed, self._needs_reset = self._step_fn(
+            sub, self._state, self._elapsed, self._needs_reset, self._actions_to_jax(actions)
+        )
+        return (
+            _to_numpy(obs, self.observation_space),
+            np.asarray(reward, dtype=np.float64),
+            np.asarray(terminated, dtype=bool),
+            np.asarray(truncated, dtype=bool),
+            {},
+        )
+
+    def close_extras(self, **kwargs):
+        self._state = None
