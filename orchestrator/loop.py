@@ -162,6 +162,7 @@ class Run:
         self.agent_failures = 0
         self.last_failure: Optional[str] = None
         self.in_flight: Optional[dict] = None
+        self._warned_main_harness = False
         self.session_started = time.time()
         self.best_score: Optional[float] = None
         self.best_commit = config.base_commit
@@ -402,6 +403,7 @@ class Run:
                   best=self.best_score, env_steps=verdict.env_steps, sps=verdict.sps,
                   wall_s=time.monotonic() - started, cost_usd=cost, description=text)
         self.append(row)
+        self._check_main_harness(exp)
         self.last_failure = verdict.failure
         if verdict.failure:
             (self.exp_dir(exp) / "failure.txt").write_text(verdict.failure)
@@ -413,6 +415,16 @@ class Run:
             self.agent.tell(ctx, Outcome(verdict.status, verdict.score, self.best_score))
         except Exception as exc:  # learning from an outcome is optional; the night goes on
             log.warning("the agent failed to take the outcome of exp %d: %s", exp, exc)
+
+    def _check_main_harness(self, exp: int) -> None:
+        """Warn (once) when the checkout's evaluate.py changed: a new run would copy it."""
+        main_harness = Path(self.config.main_root) / HARNESS
+        if self._warned_main_harness or not main_harness.exists():
+            return
+        if runner.sha256_file(main_harness) != self.config.harness_sha256:
+            self._warned_main_harness = True
+            log.warning("%s changed during exp %d (by the candidate?); this run keeps scoring with its verified "
+                        "copy, but check it before starting another run", main_harness, exp)
 
     def _agent_failed(self, exp: int, exc: Exception) -> None:
         self.agent_failures += 1

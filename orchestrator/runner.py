@@ -74,15 +74,17 @@ def kill_orphaned_group(pgid: int, cwd_inside: list[Path]) -> int:
     run's worktree or folder), so a reused pgid of an unrelated process is never touched.
     Returns the number of processes killed."""
     roots = [str(Path(p).resolve()) for p in cwd_inside]
+
+    def inside(path: str) -> bool:
+        return any(path == root or path.startswith(root + os.sep) for root in roots)
+
     members = group_members(pgid)
     ours = False
     for proc in members:
         try:
-            cwd = proc.cwd()
+            ours = ours or inside(proc.cwd()) or inside(proc.environ().get("AUTORL_OUTPUT_DIR", "/nonexistent"))
         except psutil.Error:
             continue
-        if any(cwd == root or cwd.startswith(root + os.sep) for root in roots):
-            ours = True
     if not ours:
         return 0
     kill_group(pgid)
@@ -92,6 +94,13 @@ def kill_orphaned_group(pgid: int, cwd_inside: list[Path]) -> int:
         except psutil.Error:
             pass
     return len(members)
+
+
+def _descendants(pid: int) -> set[psutil.Process]:
+    try:
+        return set(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return set()
 
 
 @dataclass
@@ -120,6 +129,7 @@ def run_group(
         pgid = proc.pid  # start_new_session: the child leads its own group
         on_spawn(pgid)
         timed_out = interrupted = False
+        seen: set[psutil.Process] = set()  # descendants, in case one leaves the group (setsid)
         try:
             while True:
                 try:
@@ -127,6 +137,7 @@ def run_group(
                     break
                 except subprocess.TimeoutExpired:
                     pass
+                seen |= _descendants(proc.pid)
                 elapsed = time.monotonic() - started
                 on_tick(elapsed)
                 if should_stop():
@@ -139,6 +150,11 @@ def run_group(
                     break
         finally:
             kill_group(pgid)  # leftovers: workers, grandchildren
+            for escaped in seen:
+                try:
+                    escaped.kill()  # psutil checks it is still the same process (pid + start time)
+                except psutil.Error:
+                    pass
             if proc.poll() is None:
                 proc.wait()
     return ProcessResult(proc.returncode, time.monotonic() - started, timed_out, interrupted)

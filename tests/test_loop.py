@@ -31,8 +31,9 @@ _out.mkdir(parents=True, exist_ok=True)
 SPAWN_SLEEPER_AND_HANG = """
 import subprocess as _sp
 _child = _sp.Popen(["sleep", "600"])
+_escapee = _sp.Popen(["sleep", "601"], start_new_session=True)  # leaves the process group
 Path(os.environ["AUTORL_OUTPUT_DIR"]).mkdir(parents=True, exist_ok=True)
-(Path(os.environ["AUTORL_OUTPUT_DIR"]) / "grandchild.pid").write_text(str(_child.pid))
+(Path(os.environ["AUTORL_OUTPUT_DIR"]) / "grandchild.pid").write_text(f"{_child.pid} {_escapee.pid}")
 time.sleep(600)
 """
 
@@ -149,10 +150,11 @@ def test_replay_night_covers_every_status(autorl_repo, tmp_path):
     assert "AUTORL_TEST_API_KEY" not in env and "ANTHROPIC_BASE_URL" not in env
 
     # The hung train run's grandchild was killed with its group.
-    grandchild = int((run_dir / "exp-0004" / "out" / "grandchild.pid").read_text())
-    assert not psutil.pid_exists(grandchild) or psutil.Process(grandchild).status() == psutil.STATUS_ZOMBIE
+    for pid in (run_dir / "exp-0004" / "out" / "grandchild.pid").read_text().split():
+        assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
 
     # The log says what happened, one line per event.
     log_text = (run_dir / "daemon.log").read_text()
     assert "exp 4: TIMEOUT" in log_text and "agent: replay" in log_text
+    assert "changed during exp 8 (by the candidate?)" in log_text
     assert os.path.exists(run_dir / "state.json")
