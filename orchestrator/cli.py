@@ -64,12 +64,13 @@ def build_parser() -> argparse.ArgumentParser:
                      help="stop once the run's agent cost reaches this")
     run.add_argument("--resume", action="store_true", help="continue an existing run (after a stop or crash)")
     llm = run.add_argument_group("LLM agents")
-    llm.add_argument("--model", default="claude-sonnet-4-5", help="anthropic model (default %(default)s)")
-    llm.add_argument("--max-turns", type=_positive_int, default=40, help="tool-use turns per experiment")
+    # Defaults live in the agents (None here), so a --resume can tell what was given.
+    llm.add_argument("--model", help="anthropic model (default: the agent's current default, see README)")
+    llm.add_argument("--max-turns", type=_positive_int, help="tool-use turns per experiment (default 40)")
     llm.add_argument("--agent-cmd", metavar="TEMPLATE",
                      help="command agent: shell template with {prompt_file} or {prompt}")
-    llm.add_argument("--agent-timeout", type=_positive_float, default=1800.0, metavar="SECONDS",
-                     help="command agent: time limit per experiment (default %(default)s)")
+    llm.add_argument("--agent-timeout", type=_positive_float, metavar="SECONDS",
+                     help="command agent: time limit per experiment (default 1800)")
     llm.add_argument("--price-table", metavar="FILE.json", help="USD per million tokens, per model")
     opt = run.add_argument_group("optuna agent")
     opt.add_argument("--optuna-params", metavar="NAME,NAME",

@@ -56,7 +56,8 @@ class RunConfig:
     base_commit: str
     harness_sha256: str
     created: str
-    agent: str
+    agent: str                            # what a --resume without --agent uses again
+    agent_options: dict = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> "RunConfig":
@@ -223,14 +224,14 @@ class Run:
                                    "in_flight": self.in_flight})
 
     # ------------------------------------------------------------ trusted evaluation
-    def evaluate(self, policy: Path, exp_dir: Path) -> runner.EvalResult:
+    def evaluate(self, policy: Path, exp_dir: Path, label: str = "") -> runner.EvalResult:
         cfg = self.config
         try:
             return runner.run_harness(
                 self.harness, cfg.harness_sha256, policy, cfg.env_id, cfg.eval_episodes, cfg.eval_seed,
                 exp_dir / "eval.json", exp_dir / "eval.log", cfg.eval_timeout_s, self.stop.requested,
                 workers=cfg.eval_workers, on_spawn=lambda pgid: self.note_process(pgid, "eval"),
-                on_tick=lambda t: progress.show(f"{exp_dir.name}: evaluating {cfg.eval_episodes} episodes, {t:.0f}s"))
+                on_tick=lambda t: progress.show(f"{label or exp_dir.name}: evaluating {cfg.eval_episodes} episodes, {t:.0f}s"))
         except runner.HarnessTampered as exc:
             log.error("%s; restoring it from the copy verified at startup", exc)
             self.harness.write_bytes(self.harness_bytes)
@@ -546,11 +547,17 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
         setup_logging(run_dir)
         stop = StopControl(run_dir)
         stop.install()
-        agent_name, why = (options.agent, "chosen with --agent") if options.agent else default_agent(environ)
         if existing:
             config, harness_bytes = _resume_config(options, run_dir, workspace)
         else:
             _check_new_run(options, root)
+        if options.agent:
+            agent_name, why = options.agent, "chosen with --agent"
+        elif existing:
+            agent_name, why = config.agent, "the agent this run started with"
+            _restore_agent_options(options.agent_args, config.agent_options)
+        else:
+            agent_name, why = default_agent(environ)
         options.agent_args.agent = agent_name
         try:  # before anything is created: a misconfigured agent leaves no half-made run behind
             agent = agent_factory(options.agent_args, run_dir)
@@ -578,6 +585,25 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
     finally:
         progress.active = False
         lock.release()
+
+
+# Agent options a resume without --agent takes over from the run's start.
+AGENT_OPTIONS = ("replay_dir", "agent_cmd", "agent_timeout", "model", "max_turns", "price_table", "optuna_params")
+
+
+def _agent_options(args) -> dict:
+    options = {}
+    for name in AGENT_OPTIONS:
+        value = getattr(args, name, None)
+        if value is not None:
+            options[name] = str(Path(value).resolve()) if name == "replay_dir" else value
+    return options
+
+
+def _restore_agent_options(args, stored: dict) -> None:
+    for name, value in stored.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, value)
 
 
 def _check_new_run(options: Options, root: Path) -> None:
@@ -608,7 +634,8 @@ def _new_config(options: Options, tag: str, root: Path, run_dir: Path, workspace
         eval_seed=secrets.randbelow(2**31 - 1_000_000), train_seeds=[1, 2], confirm_seed=2,
         eval_timeout_s=options.eval_timeout_s, eval_workers=options.eval_workers, schedule=schedule,
         main_root=str(root), worktree=str(workspace.path), branch=workspace.branch, base_commit=base,
-        harness_sha256=runner.sha256_file(run_dir / HARNESS), created=utc_now(), agent=agent_name)
+        harness_sha256=runner.sha256_file(run_dir / HARNESS), created=utc_now(), agent=agent_name,
+        agent_options=_agent_options(options.agent_args))
     config.save(run_dir / "run.json")
     ResultsFile(run_dir / "results.tsv").create()
     return config, harness_bytes

@@ -116,7 +116,7 @@ class TrainPhase(Phase):
             return m
         log.info("%s: trained (%s env steps, %s sps); evaluating with the trusted harness",
                  label, m.env_steps, m.sps)
-        evaluation = run.evaluate(train.policy, exp_dir)
+        evaluation = run.evaluate(train.policy, exp_dir, label)
         m.wall_s += evaluation.wall_s
         if evaluation.tampered:
             m.status, m.note = "invalid", evaluation.error

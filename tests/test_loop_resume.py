@@ -75,7 +75,7 @@ def test_lock_kill_9_resume_status_and_stop(autorl_repo, tmp_path):
     assert "not running" in run_daemon(repo, "status", "--tag", TAG, timeout=60).stdout
 
     # --resume records exp 1 interrupted, kills the orphans, and goes on with exp 2.
-    resumed = start_daemon(repo, *args, "--resume")
+    resumed = start_daemon(repo, "run", "--tag", TAG, "--resume")  # same agent and options as at the start
     wait_for_training(run_dir, 2, resumed)
     assert not alive(train_pid) and not alive(grandchild)
     rows = read_results(repo, TAG)
@@ -92,6 +92,7 @@ def test_lock_kill_9_resume_status_and_stop(autorl_repo, tmp_path):
     assert resumed.wait(timeout=30) == 0
     output = resumed.stdout.read()
     assert "resuming run" in output and "interrupted" in output
+    assert "agent: replay (the agent this run started with)" in output
     assert not alive(train_pid) and not alive(grandchild)
     rows = read_results(repo, TAG)
     assert rows["status"].tolist() == ["baseline", "baseline", "interrupted", "interrupted"]

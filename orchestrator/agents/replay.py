@@ -32,8 +32,10 @@ class ReplayAgent:
         return cls(Path(replay_dir).resolve())
 
     def folder(self, exp: int, repair_round: int = 0) -> Path:
-        name = f"{exp:03d}" + (f".r{repair_round}" if repair_round else "")
-        return self.replay_dir / name
+        suffix = f".r{repair_round}" if repair_round else ""
+        names = [f"{exp:03d}{suffix}", f"{exp:04d}{suffix}", f"{exp}{suffix}"]  # 001 is the documented form
+        return next((self.replay_dir / n for n in names if (self.replay_dir / n).is_dir()),
+                    self.replay_dir / names[0])
 
     def propose(self, ctx: AgentContext) -> Proposal:
         folder = self.folder(ctx.exp, ctx.repair_round)
