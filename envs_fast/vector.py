@@ -47,18 +47,40 @@ def make_batched_functions(backend: FunctionalBackend, time_limit: int | None):
     def batched_reset(keys):
         return jax.vmap(backend.reset)(keys)
 
+    def merge_resets(key, needs_reset, obs, state):
+        """Replace the outputs of the envs that need a reset by fresh resets. Usually only a few envs
+        reset in a step, so only `few` resets are computed and scattered in (the random numbers of a
+        reset cost more than a classic-control step); all of them when more are due; none when none."""
+        num_envs = needs_reset.shape[0]
+        few = min(num_envs, max(16, num_envs // 8))
+        count = needs_reset.sum()
+
+        def none_due(_):
+            return obs, state
+
+        def some_due(_):
+            index = jnp.nonzero(needs_reset, size=few, fill_value=num_envs)[0]
+            reset_obs, reset_state = batched_reset(jax.random.split(key, few))
+            scatter = lambda base, fresh: base.at[index].set(fresh.astype(base.dtype), mode="drop")
+            return jax.tree_util.tree_map(scatter, obs, reset_obs), jax.tree_util.tree_map(scatter, state, reset_state)
+
+        def all_due(_):
+            reset_obs, reset_state = batched_reset(jax.random.split(key, num_envs))
+            return _select(needs_reset, reset_obs, obs), _select(needs_reset, reset_state, state)
+
+        branch = jnp.where(count == 0, 0, jnp.where(count <= few, 1, 2))
+        return jax.lax.switch(branch, (none_due, some_due, all_due), None)
+
     def batched_step(key, state, elapsed, needs_reset, actions):
         num_envs = needs_reset.shape[0]
         step_key, reset_key = jax.random.split(key)
         obs, new_state, reward, terminated = jax.vmap(backend.step)(
             jax.random.split(step_key, num_envs), state, actions
         )
-        reset_obs, reset_state = batched_reset(jax.random.split(reset_key, num_envs))
+        obs, new_state = merge_resets(reset_key, needs_reset, obs, new_state)
         elapsed = elapsed + 1
         terminated = jnp.asarray(terminated, bool).reshape(num_envs)
         truncated = elapsed >= limit
-        obs = _select(needs_reset, reset_obs, obs)
-        new_state = _select(needs_reset, reset_state, new_state)
         reward = jnp.where(needs_reset, 0.0, jnp.asarray(reward).reshape(num_envs))
         terminated = jnp.where(needs_reset, False, terminated)
         truncated = jnp.where(needs_reset, False, truncated)

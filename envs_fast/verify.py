@@ -170,6 +170,8 @@ class Verifier:
             same_spaces = (venv.single_observation_space == self.obs_space
                            and venv.single_action_space == self.action_space)
             report.add("spaces", same_spaces,
+                       f"observation {_summary(self.obs_space)} and action {_summary(self.action_space)} equal the reference's"
+                       if same_spaces else
                        f"observation {venv.single_observation_space} / action {venv.single_action_space} "
                        f"vs reference {self.obs_space} / {self.action_space}")
             if self.functional:
@@ -727,6 +729,12 @@ def _linear_policy(weights: np.ndarray, obs_space: gym.Space, action_space: gym.
         return _scores_to_actions(x @ weights, action_space)
 
     return act
+
+
+def _summary(space: gym.Space) -> str:
+    if isinstance(space, gym.spaces.Box):
+        return f"Box(shape {space.shape}, {space.dtype}, bounds included)"
+    return str(space)
 
 
 def _describe(values: np.ndarray) -> str:

@@ -1,0 +1,220 @@
+"""Throughput of a backend against its gymnasium reference, measured in the same run.
+
+    python -m envs_fast.bench --env ENV_ID --backend SPEC [--num-envs N] [--seconds S] [--json FILE]
+
+Figures (steps per second of uniformly random actions):
+  backend_sps        the backend itself: for JAX backends a jitted lax.scan rollout over num_envs
+                     envs with auto-reset and time limit (no host round trips); envpool at num_envs
+  reference_sps      one gymnasium env (gym.make), stepped in Python
+  reference_vec_sps  gymnasium's own vector env (gym.make_vec) at the adapter's num_envs
+  adapter_sps        the backend through the gymnasium VectorEnv adapter at the num_envs a train.py
+                     uses (its NUM_ENVS), actions sampled on the host as a PPO would send them
+  ratio              backend_sps / reference_sps
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+
+from envs_fast import cache
+from envs_fast.backend import BackendError, check_env_id, load_functional, resolve_spec
+
+DEFAULT_NUM_ENVS = 65536
+DEFAULT_ADAPTER_NUM_ENVS = 8
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def train_num_envs(root: Path = REPO_ROOT) -> int:
+    """NUM_ENVS from the hyperparameter block of candidate/train.py, else a typical PPO value."""
+    try:
+        match = re.search(r"^NUM_ENVS\s*=\s*(\d+)", (root / "candidate" / "train.py").read_text(), re.MULTILINE)
+    except OSError:
+        match = None
+    return int(match.group(1)) if match else DEFAULT_ADAPTER_NUM_ENVS
+
+
+def _timed(run_once, seconds: float) -> float:
+    """Steps per second of repeated `run_once()` calls (each returns its step count) over >= seconds."""
+    steps, started = 0, time.perf_counter()
+    while True:
+        steps += run_once()
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds:
+            return steps / elapsed
+
+
+def reference_sps(env_id: str, seconds: float, seed: int = 0) -> float:
+    env = gym.make(env_id)
+    env.action_space.seed(seed)
+    env.reset(seed=seed)
+
+    def run_once(chunk=256):
+        for _ in range(chunk):
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                env.reset()
+        return chunk
+
+    try:
+        return _timed(run_once, seconds)
+    finally:
+        env.close()
+
+
+def vector_sps(venv: gym.vector.VectorEnv, seconds: float, seed: int = 0) -> float:
+    venv.reset(seed=seed)
+    venv.action_space.seed(seed)
+
+    def run_once(chunk=16):
+        for _ in range(chunk):
+            venv.step(venv.action_space.sample())
+        return chunk * venv.num_envs
+
+    try:
+        run_once(2)  # warm-up (jit compilation for the JAX adapter)
+        return _timed(run_once, seconds)
+    finally:
+        venv.close()
+
+
+def _random_actions(space: gym.Space):
+    """Uniform random actions from few random bits (8 per discrete action, 16 per Box component):
+    threefry bits cost more than a classic-control step, and a benchmark should time the env."""
+    import jax
+    import jax.numpy as jnp
+
+    if isinstance(space, gym.spaces.Discrete) and space.n <= 256:
+        return lambda key, n: (jax.random.bits(key, (n,), jnp.uint8).astype(jnp.int32) % space.n) + space.start
+    if isinstance(space, gym.spaces.Discrete):
+        return lambda key, n: jax.random.randint(key, (n,), space.start, space.start + space.n, dtype=jnp.int32)
+    if isinstance(space, gym.spaces.Box):
+        low = jnp.asarray(np.where(np.isfinite(space.low), space.low, -1.0), jnp.float32)
+        high = jnp.asarray(np.where(np.isfinite(space.high), space.high, 1.0), jnp.float32)
+
+        def sample(key, n):
+            unit = jax.random.bits(key, (n,) + space.shape, jnp.uint16).astype(jnp.float32) / 65535.0
+            return low + unit * (high - low)
+
+        return sample
+    raise BackendError(f"bench needs a Discrete or Box action space, got {space}")
+
+
+def jax_backend_sps(spec: str, env_id: str, num_envs: int, seconds: float, seed: int = 0,
+                    scan_steps: int = 256) -> float:
+    """A jitted lax.scan of random-action steps over num_envs envs, auto-reset and time limit included."""
+    import jax
+    import jax.numpy as jnp
+
+    from envs_fast.vector import make_batched_functions, max_episode_steps, reference_spaces
+
+    backend = load_functional(spec, env_id)
+    batched_reset, batched_step = make_batched_functions(backend, max_episode_steps(env_id))
+    sample = _random_actions(reference_spaces(env_id)[1])
+
+    @jax.jit
+    def rollout(carry):
+        def body(carry, _):
+            key, state, elapsed, needs_reset = carry
+            key, action_key, step_key = jax.random.split(key, 3)
+            _, state, reward, _, _, elapsed, needs_reset = batched_step(
+                step_key, state, elapsed, needs_reset, sample(action_key, num_envs))
+            return (key, state, elapsed, needs_reset), reward.sum()
+
+        carry, rewards = jax.lax.scan(body, carry, None, length=scan_steps)
+        return carry, rewards.sum()
+
+    key = jax.random.PRNGKey(seed)
+    _, state = jax.jit(batched_reset)(jax.random.split(key, num_envs))
+    carry = (key, state, jnp.zeros(num_envs, jnp.int32), jnp.zeros(num_envs, bool))
+    carry, total = rollout(carry)  # compile
+    total.block_until_ready()
+
+    def run_once():
+        nonlocal carry
+        carry, total = rollout(carry)
+        total.block_until_ready()
+        return scan_steps * num_envs
+
+    return _timed(run_once, seconds)
+
+
+def bench(env_id: str, spec: str, num_envs: int = DEFAULT_NUM_ENVS, seconds: float = 3.0,
+          adapter_num_envs: int | None = None, seed: int = 0, root=None) -> dict:
+    """Measure the figures described in the module docstring; cache the adapter SPS for `auto`."""
+    from envs_fast import make_vec_env
+
+    check_env_id(env_id)
+    spec = resolve_spec(spec, env_id, root)
+    adapter_num_envs = adapter_num_envs or train_num_envs()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if spec in ("envpool", "reference"):
+            backend = vector_sps(make_vec_env(spec, env_id, num_envs, seed), seconds, seed)
+        else:
+            backend = jax_backend_sps(spec, env_id, num_envs, seconds, seed)
+        adapter = vector_sps(make_vec_env(spec, env_id, adapter_num_envs, seed, root), seconds, seed)
+        single = reference_sps(env_id, seconds, seed)
+        reference_vec = vector_sps(gym.make_vec(env_id, num_envs=adapter_num_envs, vectorization_mode="sync"), seconds, seed)
+    cache.store_throughput(spec, env_id, adapter_num_envs, adapter)
+    return {
+        "env_id": env_id,
+        "backend": spec,
+        "num_envs": num_envs,
+        "adapter_num_envs": adapter_num_envs,
+        "seconds": seconds,
+        "backend_sps": backend,
+        "reference_sps": single,
+        "reference_vec_sps": reference_vec,
+        "adapter_sps": adapter,
+        "ratio": backend / single,
+        "adapter_ratio": adapter / single,
+    }
+
+
+def format_result(result: dict) -> str:
+    return "\n".join([
+        f"bench {result['env_id']} with backend {result['backend']}",
+        f"  backend           {result['backend_sps']:>14,.0f} steps/s  ({result['num_envs']} envs)",
+        f"  reference (1 env) {result['reference_sps']:>14,.0f} steps/s",
+        f"  reference vector  {result['reference_vec_sps']:>14,.0f} steps/s  ({result['adapter_num_envs']} envs, gym.make_vec)",
+        f"  adapter           {result['adapter_sps']:>14,.0f} steps/s  ({result['adapter_num_envs']} envs, VectorEnv)",
+        f"  ratio             {result['ratio']:>14,.1f}x backend / reference (1 env)",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench", description="Steps per second of a backend and its reference.")
+    parser.add_argument("--env", required=True)
+    parser.add_argument("--backend", required=True, help="translation file path, jax/translation, envpool, gymnax or reference")
+    parser.add_argument("--num-envs", type=int, default=DEFAULT_NUM_ENVS, help="envs for the backend figure")
+    parser.add_argument("--adapter-num-envs", type=int, default=None, help="envs for the adapter figure (default: train.py's NUM_ENVS)")
+    parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    parser.add_argument("--json", metavar="FILE")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    if args.num_envs < 1 or args.seconds <= 0 or (args.adapter_num_envs is not None and args.adapter_num_envs < 1):
+        print("error: --num-envs/--adapter-num-envs must be >= 1 and --seconds > 0", file=sys.stderr)
+        return 2
+    try:
+        result = bench(args.env, args.backend, args.num_envs, args.seconds, args.adapter_num_envs)
+    except BackendError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(format_result(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,140 @@
+"""Verification of fast backends: shipped translations pass, seeded bugs are caught with a report
+that names the check, envpool passes statistically, bad input exits 2."""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from envs_fast.backend import BackendError
+from envs_fast.verify import Settings, main, verify
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"]
+# Smaller than the CLI defaults so the suite stays within its time budget; still thousands of steps.
+QUICK = Settings(reset_samples=300, l2_target=800, l3_trajectories=10, rollout_steps=150)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.mark.parametrize("env_id", SHIPPED)
+def test_shipped_translation_passes_levels_1_to_3(env_id):
+    report = verify(env_id, "jax", (1, 2, 3), QUICK)
+    assert report.passed, report.to_text()
+    assert [level.status for level in report.levels] == ["pass", "pass", "pass"]
+    l2_checks = {check.name: check.detail for check in report.levels[1].checks}
+    # thousands of real states plus states probed at the boundaries
+    assert int(l2_checks["step from rollout states"].split(" of ")[1].split()[0]) >= 800
+    assert int(l2_checks["step from boundary states"].split(" of ")[1].split()[0]) > 50
+    assert report.levels[1].largest_deviation["fraction of allowed"] <= 1.0
+
+
+def _mutant(tmp_path, source: str, old: str, new: str) -> Path:
+    text = (REPO / "envs_fast" / source).read_text()
+    assert old in text, f"mutation anchor {old!r} not found"
+    path = tmp_path / source
+    path.write_text(text.replace(old, new))
+    return path
+
+
+CARTPOLE_BUGS = {
+    "wrong constant": ("GRAVITY = 9.8\n", "GRAVITY = 9.81\n", "theta_dot"),
+    "bound off by a little": ("X_THRESHOLD = 2.4\n", "X_THRESHOLD = 2.5\n", "terminated"),
+    "dropped side of a bound": ("(new.x < -X_THRESHOLD)\n        | ", "", "terminated"),
+    "wrong reward on the terminal step": ("reward = jnp.float32(1.0)",
+                                          "reward = jnp.where(terminated, 0.0, 1.0).astype(jnp.float32)", "reward"),
+    "swapped action": ("jnp.where(action == 1, FORCE_MAG", "jnp.where(action == 0, FORCE_MAG", "x_dot"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(CARTPOLE_BUGS))
+def test_seeded_bug_is_caught_at_l2_with_a_report_naming_the_check(tmp_path, bug):
+    old, new, field = CARTPOLE_BUGS[bug]
+    report = verify("CartPole-v1", str(_mutant(tmp_path, "cartpole_v1.py", old, new)), (2,), QUICK)
+    assert not report.passed
+    level = report.levels[0]
+    assert level.status == "fail"
+    failure = level.failure
+    assert failure["check"] in ("step from rollout states", "step from boundary states")
+    assert any(field in item["field"] for item in failure["fields"]), failure
+    text = report.to_text()
+    assert f"first failure (check '{failure['check']}')" in text
+    assert "state: .x=" in text and "action:" in text  # the exact state and action to repair from
+
+
+def test_clip_bound_dropped_on_one_side_is_caught(tmp_path):
+    path = _mutant(tmp_path, "pendulum_v1.py", "theta_dot = jnp.clip(theta_dot, -MAX_SPEED, MAX_SPEED)",
+                   "theta_dot = jnp.minimum(theta_dot, MAX_SPEED)")
+    report = verify("Pendulum-v1", str(path), (2,), QUICK)
+    assert not report.passed
+    failure = report.levels[0].failure
+    assert failure["check"] in ("step from rollout states", "step from boundary states")
+    assert any("theta_dot" in item["field"] for item in failure["fields"])
+
+
+def test_wrong_constant_fails_l3_trajectories(tmp_path):
+    path = _mutant(tmp_path, "acrobot_v1.py", "G = 9.8\n", "G = 9.9\n")
+    report = verify("Acrobot-v1", str(path), (3,), QUICK)
+    assert not report.passed
+    assert report.levels[0].failure["check"] == "trajectories from synced starts"
+
+
+def test_reset_distribution_bug_fails_l1(tmp_path):
+    path = _mutant(tmp_path, "mountaincar_v0.py", "minval=-0.6, maxval=-0.4", "minval=-0.6, maxval=-0.3")
+    report = verify("MountainCar-v0", str(path), (1,), QUICK)
+    assert not report.passed
+    assert report.levels[0].failure["check"] == "reset distribution"
+
+
+def test_envpool_bipedalwalker_passes_l1_and_statistical_l3():
+    report = verify("BipedalWalker-v3", "envpool", (1, 2, 3),
+                    Settings(vector_reset_samples=200, episodes=200, horizon=60))
+    assert report.passed, report.to_text()
+    statuses = {level.level: level.status for level in report.levels}
+    assert statuses == {1: "pass", 2: "not applicable", 3: "pass"}
+    assert "TOST" in report.levels[2].checks[0].name
+
+
+def test_cli_exit_codes_and_json(tmp_path):
+    bad_bound = _mutant(tmp_path, "cartpole_v1.py", "X_THRESHOLD = 2.4\n", "X_THRESHOLD = 2.5\n")
+    out = tmp_path / "report.json"
+    result = subprocess.run(
+        [sys.executable, "-m", "envs_fast.verify", "--env", "CartPole-v1", "--backend", str(bad_bound),
+         "--levels", "2", "--json", str(out)],
+        cwd=REPO, capture_output=True, text=True, timeout=240,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "L2 interactions: FAIL" in result.stdout
+    data = json.loads(out.read_text())
+    assert data["passed"] is False
+    assert data["levels"][0]["failure"]["fields"][0]["field"] == "terminated"
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--env", "NoSuchEnv-v9", "--backend", "jax"], "unknown environment id"),
+    (["--env", "CartPole-v1", "--backend", "/nonexistent/cartpole.py"], "does not exist"),
+    (["--env", "CartPole-v1", "--backend", "jax", "--levels", "1,7"], "levels must be among"),
+    (["--env", "CartPole-v1", "--backend", "jax", "--levels", "one"], "--levels"),
+    (["--env", "MountainCar-v0", "--backend", "gymnax-typo"], "does not exist"),
+])
+def test_bad_input_exits_2_with_a_clear_message(argv, message, capsys):
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_translation_that_does_not_import_or_lacks_a_function_exits_2(tmp_path, capsys):
+    broken = tmp_path / "broken.py"
+    broken.write_text("import jax\nENV_ID = 'CartPole-v1'\ndef reset(key:\n")
+    assert main(["--env", "CartPole-v1", "--backend", str(broken)]) == 2
+    assert "import failed" in capsys.readouterr().err
+    partial = tmp_path / "partial.py"
+    partial.write_text("ENV_ID = 'CartPole-v1'\ndef reset(key): pass\ndef step(key, state, action): pass\n")
+    assert main(["--env", "CartPole-v1", "--backend", str(partial)]) == 2
+    err = capsys.readouterr().err
+    assert "missing state_from_reference, state_to_reference" in err
+    with pytest.raises(BackendError, match="ENV_ID is 'CartPole-v1', expected 'Acrobot-v1'"):
+        verify("Acrobot-v1", str(REPO / "envs_fast" / "cartpole_v1.py"), (1,), QUICK)
