@@ -167,3 +167,38 @@ def test_cli_dispatch_and_argument_errors(autorl_repo):
     assert nothing.returncode == 1 and "no run to resume" in nothing.stderr
     bad_budget = run_daemon(repo, "run", "--env", "CartPole-v1", "--budget", "-3", timeout=60)
     assert bad_budget.returncode == 2 and "must be positive" in bad_budget.stderr
+
+
+def test_stop_reasons_between_experiments(autorl_repo):
+    import time
+
+    from orchestrator.daemon import StopControl
+    from orchestrator.loop import Run, RunConfig
+    from orchestrator.workspace import Workspace
+
+    repo = autorl_repo(tiny_train_py(), files={".gitignore": "__pycache__/\n"})
+    workspace = Workspace(repo, "limits")
+    base = workspace.create()
+    run_dir = repo / "results" / "limits"
+    run_dir.mkdir(parents=True)
+    ResultsFile(run_dir / "results.tsv").create()
+    config = RunConfig(tag="limits", env_id="CartPole-v1", budget_s=60, grace_s=5, eval_episodes=5, eval_seed=1,
+                       train_seeds=[1, 2], confirm_seed=2, eval_timeout_s=60, eval_workers=1, schedule=["train"],
+                       main_root=str(repo), worktree=str(workspace.path), branch=workspace.branch,
+                       base_commit=base, harness_sha256="-", created="-", agent="replay")
+    run = Run(config, run_dir, workspace, Limits(max_experiments=2, deadline=time.time() + 30, max_cost=2.0),
+              StopControl(run_dir), b"")
+    assert run.stop_reason() == "the deadline leaves no time for another experiment"  # 60 s do not fit
+    run.limits.deadline = time.time() + 3600
+    assert run.stop_reason() is None
+    run.append(Row(exp=1, phase="train", status="crash", cost_usd=1.0))
+    assert run.stop_reason() is None and run.next_exp() == 2
+    run.append(Row(exp=2, phase="train", status="crash", cost_usd=1.5))
+    assert run.stop_reason() == "--max-experiments 2 reached"
+    run.limits.max_experiments = None
+    assert run.stop_reason() == "--max-cost reached ($2.50 of $2.00)"
+    run.limits.max_cost = None
+    (run_dir / "STOP").write_text("")
+    assert run.stop_reason() == "stopped (stop request)"
+    # The user's checkout stays clean although its .gitignore does not mention runs/ or results/.
+    assert workspace.main.git.status("--porcelain") == ""
