@@ -34,8 +34,11 @@ def _positive_int(text: str) -> int:
 
 
 def _non_negative_int(text: str) -> int:
-    value = int(text) if text.lstrip("-").isdigit() else None
-    if value is None or value < 0:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be a whole number >= 0")
     return value
 
@@ -150,7 +153,7 @@ def _run(args) -> int:
             eval_workers=args.eval_workers, phases=args.phases, schedule=args.schedule, limits=limits,
             repo=args.repo, agent_args=args)
         return start(options, make_agent, dict(os.environ))
-    except (RunError, WorkspaceError, ValueError) as exc:
+    except (RunError, WorkspaceError) as exc:
         print(f"autorl: error: {exc}", file=sys.stderr)
         return 1
 

@@ -536,6 +536,9 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
     if not existing and workspace.exists():
         raise RunError(f"branch {workspace.branch} or folder {workspace.path} already exists without a run "
                        f"folder; remove them (git worktree remove, git branch -D) or choose another --tag")
+    if not existing:
+        _check_new_run(options, root)
+    created = not run_dir.exists()
     run_dir.mkdir(parents=True, exist_ok=True)
     lock = RunLock(run_dir)
     try:
@@ -549,8 +552,6 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
         stop.install()
         if existing:
             config, harness_bytes = _resume_config(options, run_dir, workspace)
-        else:
-            _check_new_run(options, root)
         if options.agent:
             agent_name, why = options.agent, "chosen with --agent"
         elif existing:
@@ -582,9 +583,21 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
         log.info("run %s ended: %s; %s", tag, reason, run.summary_line())
         log.info("results: %s; branch %s is at the best commit", run.results.path, workspace.branch)
         return 0
+    except BaseException:
+        if created and not (run_dir / "run.json").exists():  # a new run that never started
+            lock.release()
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
     finally:
         progress.active = False
         lock.release()
+
+
+def _schedule(options: Options) -> list[str]:
+    try:
+        return parse_schedule(options.phases, options.schedule)
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
 
 
 # Agent options a resume without --agent takes over from the run's start.
@@ -612,7 +625,7 @@ def _check_new_run(options: Options, root: Path) -> None:
                           (runner.TRAIN_SCRIPT, "nothing to train")):
         if not (root / required).is_file():
             raise RunError(f"{root / required} is missing: {why}")
-    parse_schedule(options.phases, options.schedule)
+    _schedule(options)
 
 
 def _new_config(options: Options, tag: str, root: Path, run_dir: Path, workspace: Workspace,
@@ -623,7 +636,7 @@ def _new_config(options: Options, tag: str, root: Path, run_dir: Path, workspace
     budget = options.budget_s if options.budget_s is not None else harness_budget
     if workspace.main_is_dirty():
         log.warning("the main checkout has uncommitted changes; the run starts from its last commit")
-    schedule = parse_schedule(options.phases, options.schedule)
+    schedule = _schedule(options)
     base = workspace.create()
     harness_bytes = harness_src.read_bytes()
     (run_dir / HARNESS).write_bytes(harness_bytes)
@@ -669,7 +682,7 @@ def _resume_config(options: Options, run_dir: Path, workspace: Workspace) -> tup
         raise RunError(f"{run_dir / HARNESS} no longer matches the hash recorded in run.json; the run's "
                        "scores cannot be trusted to continue (start a new --tag)")
     if options.phases or options.schedule:
-        config.schedule = parse_schedule(options.phases, options.schedule)
+        config.schedule = _schedule(options)
         config.save(run_dir / "run.json")
     workspace.ensure()
     return config, harness_bytes

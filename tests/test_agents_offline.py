@@ -131,6 +131,6 @@ def test_replay_without_dir_is_a_clear_error_before_anything_starts(autorl_repo)
     repo = autorl_repo(TINY_TRAIN_PY)
     result = run_daemon(repo, "run", "--env", "CartPole-v1", "--agent", "replay", timeout=60)
     assert result.returncode == 1 and "--replay-dir" in result.stderr
-    assert not (repo / "runs").exists()
+    assert not (repo / "runs").exists() and list((repo / "results").glob("*")) == []  # nothing half-made
     bad_env = run_daemon(repo, "run", "--env", "NoSuchEnv-v9", timeout=60)
     assert bad_env.returncode == 1 and "NoSuchEnv-v9" in bad_env.stderr
