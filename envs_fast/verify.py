@@ -89,7 +89,7 @@ def _batched_in_space(space: gym.Space, batch) -> np.ndarray:
 def _format_state(state) -> str:
     names = field_names(state)
     values = flat_values(state)
-    return ", ".join(f"{n}={v:.9g}" for n, v in zip(names, values))
+    return ", ".join(f"{n or 'state'}={v:.9g}" for n, v in zip(names, values))
 
 
 def _format_action(action) -> str:
@@ -341,6 +341,8 @@ class Verifier:
             self.stochastic = self._detect_stochastic(stepper, rollout[: 40])
             if self.stochastic:
                 report.note = "the reference's transitions are stochastic: next-step distributions are compared"
+                report.tolerances = {"next-step distribution": "per observation component, reward and terminated: "
+                                     "chi-square (few discrete values) or Kolmogorov-Smirnov, p >= 0.001 Bonferroni-corrected"}
                 self._level2_distributional(report, stepper, rollout, rng)
                 return report
             states = [sample.state for sample in rollout]
@@ -454,7 +456,7 @@ class Verifier:
     def _level2_distributional(self, report, stepper, rollout, rng, pairs: int = 30, draws: int = 64):
         picks = rng.choice(len(rollout), size=min(pairs, len(rollout)), replace=False)
         step = jax.jit(jax.vmap(self.functional.step, in_axes=(0, None, None)))
-        worst = (1.0, None, None)
+        worst = (1.0, None, None, None, None)
         for index in picks:
             sample = rollout[int(index)]
             reference = []
@@ -475,7 +477,7 @@ class Verifier:
             for column in range(reference.shape[1]):
                 p, test = same_distribution_p(backend[:, column], reference[:, column])
                 if p < worst[0]:
-                    worst = (p, sample, column)
+                    worst = (p, sample, column, _histogram(backend[:, column]), _histogram(reference[:, column]))
         threshold = 1e-3 / (len(picks) * rollout[0].obs.size + 2 * len(picks))
         ok = worst[0] >= threshold
         failure = None
@@ -483,7 +485,8 @@ class Verifier:
             sample, column = worst[1], worst[2]
             names = ["obs" + n for n in field_names(sample.obs)] + ["reward", "terminated"]
             failure = {"origin": sample.origin, "state": _format_state(sample.state), "action": _format_action(sample.action),
-                       "field": names[column] if column < len(names) else column}
+                       "field": names[column] if column < len(names) else column,
+                       "backend outcomes": worst[3], "reference outcomes": worst[4]}
         report.add("next-step distribution", ok,
                    f"{len(picks)} states x {draws} draws per side, lowest p={worst[0]:.3g} (threshold {threshold:.2g})", failure)
 
@@ -729,6 +732,14 @@ def _linear_policy(weights: np.ndarray, obs_space: gym.Space, action_space: gym.
         return _scores_to_actions(x @ weights, action_space)
 
     return act
+
+
+def _histogram(values: np.ndarray) -> str:
+    """Counts of each value for a few discrete values, else mean/sd/min/max."""
+    unique, counts = np.unique(values, return_counts=True)
+    if len(unique) <= 10:
+        return ", ".join(f"{u:g}: {c}" for u, c in zip(unique, counts))
+    return "mean/sd/min/max " + _describe(values)
 
 
 def _summary(space: gym.Space) -> str:

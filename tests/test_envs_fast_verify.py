@@ -138,3 +138,53 @@ def test_translation_that_does_not_import_or_lacks_a_function_exits_2(tmp_path, 
     assert "missing state_from_reference, state_to_reference" in err
     with pytest.raises(BackendError, match="ENV_ID is 'CartPole-v1', expected 'Acrobot-v1'"):
         verify("Acrobot-v1", str(REPO / "envs_fast" / "cartpole_v1.py"), (1,), QUICK)
+
+
+FROZEN_LAKE = '''
+"""FrozenLake-v1 (4x4, slippery) in JAX: Discrete observations, stochastic transitions."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+ENV_ID = "FrozenLake-v1"
+MAP = "SFFFFHFHFFFHHFFG"
+TERMINAL = jnp.array([c in "HG" for c in MAP])
+GOAL = MAP.index("G")
+
+
+def reset(key):
+    return jnp.int32(0), jnp.int32(0)
+
+
+def step(key, state, action):
+    move = (action + jax.random.randint(key, (), -1, 2)) % 4  # SLIP
+    row, col = state // 4, state % 4
+    col = jnp.where(move == 0, jnp.maximum(col - 1, 0), jnp.where(move == 2, jnp.minimum(col + 1, 3), col))
+    row = jnp.where(move == 1, jnp.minimum(row + 1, 3), jnp.where(move == 3, jnp.maximum(row - 1, 0), row))
+    nxt = jnp.where(TERMINAL[state], state, row * 4 + col).astype(jnp.int32)
+    reward = jnp.where(~TERMINAL[state] & (nxt == GOAL), 1.0, 0.0).astype(jnp.float32)
+    return nxt, nxt, reward, TERMINAL[nxt]
+
+
+def state_from_reference(env):
+    return np.int32(env.unwrapped.s)
+
+
+def state_to_reference(state, env):
+    env.unwrapped.s = int(state)
+'''
+
+
+def test_discrete_observation_stochastic_env_is_compared_in_distribution(tmp_path):
+    good = tmp_path / "frozenlake_v1.py"
+    good.write_text(FROZEN_LAKE)
+    report = verify("FrozenLake-v1", str(good), (1, 2, 3), QUICK)
+    assert report.passed, report.to_text()
+    assert "stochastic" in report.levels[1].note and "TOST" in report.levels[2].checks[0].name
+
+    biased = tmp_path / "biased.py"
+    biased.write_text(FROZEN_LAKE.replace("jax.random.randint(key, (), -1, 2)", "jax.random.randint(key, (), 0, 2)"))
+    report = verify("FrozenLake-v1", str(biased), (2,), QUICK)
+    assert not report.passed
+    assert report.levels[0].failure["check"] == "next-step distribution"
+    assert "reference outcomes" in report.to_text()
