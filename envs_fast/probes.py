@@ -65,6 +65,7 @@ class ReferenceStepper:
         self.unwrapped = self.env.unwrapped
         self.backend = backend
         self._rng = np.random.default_rng(0)
+        self.last_error = ""
 
     def reset(self, seed: int):
         self.env.reset(seed=seed)
@@ -88,7 +89,8 @@ class ReferenceStepper:
         try:
             start = self.write_state(state)
             obs, reward, terminated, next_state = self.step(action)
-        except Exception:
+        except Exception as exc:
+            self.last_error = f"{type(exc).__name__}: {exc}"
             return None
         outcome = _outcome_vector(obs, reward, terminated, next_state)
         if not np.all(np.isfinite(outcome)):

@@ -116,7 +116,12 @@ class JaxVectorEnv(VectorEnv):
         self.spec = None
         reset_fn, step_fn = make_batched_functions(backend, self.max_episode_steps)
         self._reset_fn = jax.jit(reset_fn)
-        self._step_fn = jax.jit(step_fn)
+
+        def step_with_key(key, *args):  # one dispatch per step: the key is split inside the jit
+            key, sub = jax.random.split(key)
+            return (key,) + step_fn(sub, *args)
+
+        self._step_fn = jax.jit(step_with_key)
         self._key = jax.random.PRNGKey(0 if seed is None else seed)
         self._state = None
         if seed is not None:
@@ -158,10 +163,10 @@ class JaxVectorEnv(VectorEnv):
     def step(self, actions):
         if self._state is None:
             raise RuntimeError("call reset() before step()")
-        self._key, sub = jax.random.split(self._key)
-        obs, self._state, reward, terminated, truncated, self._elapsed, self._needs_reset = self._step_fn(
-            sub, self._state, self._elapsed, self._needs_reset, self._actions_to_jax(actions)
+        self._key, obs, self._state, reward, terminated, truncated, self._elapsed, self._needs_reset = self._step_fn(
+            self._key, self._state, self._elapsed, self._needs_reset, self._actions_to_jax(actions)
         )
+        obs, reward, terminated, truncated = jax.device_get((obs, reward, terminated, truncated))
         return (
             _to_numpy(obs, self.observation_space),
             np.asarray(reward, dtype=np.float64),

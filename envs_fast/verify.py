@@ -154,6 +154,7 @@ class Verifier:
         if self.spec not in ("envpool", "reference"):
             self.functional = load_functional(self.spec, env_id, root)
         self.stochastic = False
+        self.sync_broken = False
 
     def make_vec(self, num_envs: int, seed: int):
         from envs_fast import make_vec_env
@@ -336,8 +337,17 @@ class Verifier:
             horizon = min(self.max_steps or s.rollout_steps, s.rollout_steps)
             rollout = collect_rollout_samples(stepper, self.action_space, horizon, s.l2_target, s.seed)
             if not rollout:
-                report.add("reference rollouts", False, "no state could be synced: state_to_reference/state_from_reference failed")
+                self.sync_broken = True
+                report.add("reference rollouts", False, "no state could be synced: state_to_reference/"
+                           f"state_from_reference or the reference step failed: {stepper.last_error}")
                 return report
+            sync_problem = self._sync_problem(stepper, rollout)
+            if sync_problem:
+                self.sync_broken = True
+                report.add("state sync round trip", False, sync_problem["detail"], sync_problem)
+                return report
+            report.add("state sync round trip", True, "states written with state_to_reference read back "
+                       "unchanged with state_from_reference")
             self.stochastic = self._detect_stochastic(stepper, rollout[: 40])
             if self.stochastic:
                 report.note = "the reference's transitions are stochastic: next-step distributions are compared"
@@ -356,6 +366,21 @@ class Verifier:
         self._compare_samples(report, "step from rollout states", rollout)
         self._compare_samples(report, "step from boundary states", boundary)
         return report
+
+    def _sync_problem(self, stepper: ReferenceStepper, samples: list[Sample]) -> dict | None:
+        """Whether state_to_reference really writes what state_from_reference reads: states from
+        different moments written in turn must read back as written (up to float32 rounding)."""
+        picks = [samples[i].next_state for i in sorted(set(np.linspace(0, len(samples) - 1, 6).astype(int)))]
+        for state in picks + picks[::-1]:
+            try:
+                back = stepper.write_state(state)
+            except Exception as exc:
+                return {"detail": f"state_to_reference/state_from_reference raised {type(exc).__name__}: {exc}"}
+            want, got = flat_values(state), flat_values(back)
+            if want.shape != got.shape or not np.allclose(got, want, rtol=1e-6, atol=1e-7):
+                return {"detail": "a state written with state_to_reference does not read back with state_from_reference",
+                        "written": _format_state(state), "read back": _format_state(back)}
+        return None
 
     def _detect_stochastic(self, stepper: ReferenceStepper, samples: list[Sample]) -> bool:
         for sample in samples:
@@ -492,6 +517,11 @@ class Verifier:
 
     # ------------------------------------------------------------------ L3
     def level3(self) -> LevelReport:
+        if self.sync_broken:
+            report = LevelReport(3)
+            report.add("trajectories from synced starts", False,
+                       "the backend's state sync does not round-trip, so trajectories cannot start in sync (see L2)")
+            return report
         if self.functional and self.functional.syncs_state and not self.stochastic:
             return self._level3_synced()
         report = LevelReport(3)
@@ -779,7 +809,9 @@ def verify(env_id: str, spec: str, levels=(1, 2, 3), settings: Settings | None =
         stepper = ReferenceStepper(env_id, verifier.functional)
         try:  # L3 needs to know whether trajectories can be compared step by step
             sample = collect_rollout_samples(stepper, verifier.action_space, 20, 20, settings.seed, max_episodes=3)
-            verifier.stochastic = verifier._detect_stochastic(stepper, sample[:20])
+            verifier.sync_broken = bool(not sample or verifier._sync_problem(stepper, sample))
+            if not verifier.sync_broken:
+                verifier.stochastic = verifier._detect_stochastic(stepper, sample[:20])
         finally:
             stepper.close()
     with warnings.catch_warnings():

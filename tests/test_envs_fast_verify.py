@@ -188,3 +188,11 @@ def test_discrete_observation_stochastic_env_is_compared_in_distribution(tmp_pat
     assert not report.passed
     assert report.levels[0].failure["check"] == "next-step distribution"
     assert "reference outcomes" in report.to_text()
+
+
+def test_state_sync_that_does_not_write_fails_instead_of_looking_stochastic(tmp_path):
+    path = _mutant(tmp_path, "cartpole_v1.py", "env.unwrapped.state = np.array", "env.unwrapped.stale = np.array")
+    report = verify("CartPole-v1", str(path), (2, 3), QUICK)
+    assert [level.status for level in report.levels] == ["fail", "fail"]
+    assert report.levels[0].failure["check"] == "state sync round trip"
+    assert "read back" in report.levels[0].failure
