@@ -27,7 +27,8 @@ import numpy as np
 from envs_fast import cache
 from envs_fast.backend import BackendError, check_env_id, load_functional, resolve_spec
 
-DEFAULT_NUM_ENVS = 65536
+DEFAULT_NUM_ENVS = 65536  # JAX backends: large batches amortise the per-step dispatch
+DEFAULT_VECTOR_NUM_ENVS = 64  # envpool/reference: one process, threads per core
 DEFAULT_ADAPTER_NUM_ENVS = 8
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -146,7 +147,7 @@ def jax_backend_sps(spec: str, env_id: str, num_envs: int, seconds: float, seed:
     return _timed(run_once, seconds)
 
 
-def bench(env_id: str, spec: str, num_envs: int = DEFAULT_NUM_ENVS, seconds: float = 3.0,
+def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 3.0,
           adapter_num_envs: int | None = None, seed: int = 0, root=None) -> dict:
     """Measure the figures described in the module docstring; cache the adapter SPS for `auto`."""
     from envs_fast import make_vec_env
@@ -154,9 +155,11 @@ def bench(env_id: str, spec: str, num_envs: int = DEFAULT_NUM_ENVS, seconds: flo
     check_env_id(env_id)
     spec = resolve_spec(spec, env_id, root)
     adapter_num_envs = adapter_num_envs or train_num_envs()
+    vector_backend = spec in ("envpool", "reference")
+    num_envs = num_envs or (DEFAULT_VECTOR_NUM_ENVS if vector_backend else DEFAULT_NUM_ENVS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if spec in ("envpool", "reference"):
+        if vector_backend:
             backend = vector_sps(make_vec_env(spec, env_id, num_envs, seed), seconds, seed)
         else:
             backend = jax_backend_sps(spec, env_id, num_envs, seconds, seed)
@@ -194,7 +197,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench", description="Steps per second of a backend and its reference.")
     parser.add_argument("--env", required=True)
     parser.add_argument("--backend", required=True, help="translation file path, jax/translation, envpool, gymnax or reference")
-    parser.add_argument("--num-envs", type=int, default=DEFAULT_NUM_ENVS, help="envs for the backend figure")
+    parser.add_argument("--num-envs", type=int, default=None,
+                        help=f"envs for the backend figure (default {DEFAULT_NUM_ENVS} for JAX backends, "
+                             f"{DEFAULT_VECTOR_NUM_ENVS} for envpool/reference)")
     parser.add_argument("--adapter-num-envs", type=int, default=None, help="envs for the adapter figure (default: train.py's NUM_ENVS)")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
     parser.add_argument("--json", metavar="FILE")
@@ -202,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    if args.num_envs < 1 or args.seconds <= 0 or (args.adapter_num_envs is not None and args.adapter_num_envs < 1):
+    if (args.num_envs is not None and args.num_envs < 1) or args.seconds <= 0 or (args.adapter_num_envs is not None and args.adapter_num_envs < 1):
         print("error: --num-envs/--adapter-num-envs must be >= 1 and --seconds > 0", file=sys.stderr)
         return 2
     try:

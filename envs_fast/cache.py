@@ -22,7 +22,21 @@ VERIFIER_SOURCES = ("verify.py", "probes.py", "stats.py", "vector.py", "backend.
 
 def cache_dir() -> Path:
     configured = os.environ.get(CACHE_ENV_VAR)
-    return Path(configured) if configured else PACKAGE_DIR.parent / ".envs_fast_cache"
+    return Path(configured) if configured else _main_checkout(PACKAGE_DIR.parent) / ".envs_fast_cache"
+
+
+def _main_checkout(root: Path) -> Path:
+    """The main checkout when `root` is a git worktree (runs/<tag>/), so a run's train process finds
+    the verdicts the daemon stored; records are keyed by content, so sharing them is safe."""
+    marker = root / ".git"
+    if marker.is_file():
+        text = marker.read_text().strip()
+        if text.startswith("gitdir:"):
+            gitdir = Path(text.split(":", 1)[1].strip())
+            gitdir = gitdir if gitdir.is_absolute() else (root / gitdir).resolve()
+            if gitdir.parent.name == "worktrees":
+                return gitdir.parent.parent.parent
+    return root
 
 
 def package_versions() -> dict[str, str]:

@@ -503,7 +503,7 @@ class Verifier:
                 p, test = same_distribution_p(backend[:, column], reference[:, column])
                 if p < worst[0]:
                     worst = (p, sample, column, _histogram(backend[:, column]), _histogram(reference[:, column]))
-        threshold = 1e-3 / (len(picks) * rollout[0].obs.size + 2 * len(picks))
+        threshold = 1e-3 / (len(picks) * (flat_values(rollout[0].obs).size + 2))
         ok = worst[0] >= threshold
         failure = None
         if not ok:
@@ -600,8 +600,10 @@ class Verifier:
             lengths.append(steps)
         report.largest_deviation = largest
         detail = (f"{len(trajectories)} trajectories of up to {horizon} steps ({sum(lengths)} reference steps), "
-                  f"{compared} steps compared; {sum(h < n for h, n in zip(horizons, lengths))} trajectories went past "
-                  f"the predictable horizon (earliest at step {min(h for h in horizons)})")
+                  f"{compared} steps compared")
+        past = [h for h, n in zip(horizons, lengths) if h < n]
+        if past:
+            detail += f"; {len(past)} trajectories went past the reference's predictable horizon (earliest at step {min(past)})"
         report.add("trajectories from synced starts", first is None, detail, first)
         return report
 

@@ -179,3 +179,18 @@ def test_bench_reports_backend_reference_and_adapter_throughput(tmp_path):
     assert data["num_envs"] == 256 and data["adapter_num_envs"] == 4 and data["ratio"] > 1
     assert bench_main(["--env", "Nope-v0", "--backend", "jax"]) == 2
     assert bench_main(["--env", "CartPole-v1", "--backend", "jax", "--num-envs", "0"]) == 2
+
+
+def test_worktrees_share_the_main_checkouts_verdict_cache(tmp_path, monkeypatch):
+    import git
+
+    main = tmp_path / "main"
+    repo = git.Repo.init(main)
+    (main / "README").write_text("x")
+    repo.index.add(["README"])
+    repo.index.commit("init")
+    repo.git.worktree("add", "--detach", str(main / "runs" / "tag"))
+    assert cache._main_checkout(main / "runs" / "tag") == main
+    assert cache._main_checkout(main) == main
+    monkeypatch.delenv("AUTORL_VERIFY_CACHE")
+    assert cache.cache_dir() == REPO / ".envs_fast_cache"
