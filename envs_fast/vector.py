@@ -34,8 +34,8 @@ def _select(mask, when_true, when_false):
     """Per-env choice between two batched pytrees (mask has shape [num_envs])."""
 
     def pick(a, b):
-        m = mask.reshape(mask.shape + (1,) * (a.ndim - 1))
-        return jnp.where(m, a, b)
+        m = mask.reshape(mask.shape + (1,) * (b.ndim - 1))
+        return jnp.where(m, a.astype(b.dtype), b)  # keep the step output's dtype in every branch
 
     return jax.tree_util.tree_map(pick, when_true, when_false)
 

@@ -196,3 +196,12 @@ def test_state_sync_that_does_not_write_fails_instead_of_looking_stochastic(tmp_
     assert [level.status for level in report.levels] == ["fail", "fail"]
     assert report.levels[0].failure["check"] == "state sync round trip"
     assert "read back" in report.levels[0].failure
+
+
+def test_l4_policy_trained_on_the_backend_transfers_to_the_reference():
+    report = verify("CartPole-v1", "jax", (4,), Settings(episodes=100, horizon=150, l4_iterations=5))
+    assert report.passed, report.to_text()
+    check = report.levels[0].checks[0]
+    assert check.name == "trained policy transfers (TOST)"
+    start, end = check.detail.split("mean return ")[1].split(")")[0].split(" -> ")
+    assert float(end) > float(start)  # the policy did learn on the backend
