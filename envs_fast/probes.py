@@ -16,7 +16,7 @@ import numpy as np
 from envs_fast.backend import FunctionalBackend
 
 
-SLOW_STEP = 0.005
+SLOW_STEP = 0.05
 SENSITIVITY_STEP = 2.0**-20  # relative: 8 float32 roundings  # seconds; beyond this a probe is too far out to be worth following
 
 
