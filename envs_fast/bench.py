@@ -2,7 +2,8 @@
 
     python -m envs_fast.bench --env ENV_ID --backend SPEC [--num-envs N] [--seconds S] [--json FILE]
 
-Figures (steps per second of uniformly random actions):
+Figures (steps per second of uniformly random actions; measured in interleaved rounds so that all
+see the same machine load):
   backend_sps        the backend itself: for JAX backends a jitted lax.scan rollout over num_envs
                      envs with auto-reset and time limit (no host round trips); envpool at num_envs
   reference_sps      one gymnasium env (gym.make), stepped in Python
@@ -42,17 +43,36 @@ def train_num_envs(root: Path = REPO_ROOT) -> int:
     return int(match.group(1)) if match else DEFAULT_ADAPTER_NUM_ENVS
 
 
-def _timed(run_once, seconds: float) -> float:
-    """Steps per second of repeated `run_once()` calls (each returns its step count) over >= seconds."""
-    steps, started = 0, time.perf_counter()
-    while True:
-        steps += run_once()
-        elapsed = time.perf_counter() - started
-        if elapsed >= seconds:
-            return steps / elapsed
+class Runner:
+    """Something to time: `run_once()` runs a chunk of steps and returns how many; `close()`."""
+
+    def __init__(self, run_once, close=lambda: None):
+        self.run_once, self.close = run_once, close
 
 
-def reference_sps(env_id: str, seconds: float, seed: int = 0) -> float:
+def measure(runners: dict[str, Runner], seconds: float, rounds: int = 4) -> dict[str, float]:
+    """Steps per second of each runner, `seconds` each, measured in interleaved rounds so that all
+    figures (and hence their ratios) see the same load on a shared machine."""
+    steps = {name: 0 for name in runners}
+    spent = {name: 0.0 for name in runners}
+    try:
+        for _ in range(rounds):
+            for name, runner in runners.items():
+                started = time.perf_counter()
+                while True:
+                    steps[name] += runner.run_once()
+                    elapsed = time.perf_counter() - started
+                    if elapsed >= seconds / rounds:
+                        break
+                spent[name] += elapsed
+    finally:
+        for runner in runners.values():
+            runner.close()
+    return {name: steps[name] / spent[name] for name in runners}
+
+
+def reference_runner(env_id: str, seed: int = 0) -> Runner:
+    """One gymnasium env (gym.make, with its standard wrappers), random actions, reset when done."""
     env = gym.make(env_id)
     env.action_space.seed(seed)
     env.reset(seed=seed)
@@ -64,13 +84,11 @@ def reference_sps(env_id: str, seconds: float, seed: int = 0) -> float:
                 env.reset()
         return chunk
 
-    try:
-        return _timed(run_once, seconds)
-    finally:
-        env.close()
+    return Runner(run_once, env.close)
 
 
-def vector_sps(venv: gym.vector.VectorEnv, seconds: float, seed: int = 0) -> float:
+def vector_runner(venv: gym.vector.VectorEnv, seed: int = 0) -> Runner:
+    """A VectorEnv stepped with actions sampled on the host, as a PPO loop does."""
     venv.reset(seed=seed)
     venv.action_space.seed(seed)
 
@@ -79,11 +97,16 @@ def vector_sps(venv: gym.vector.VectorEnv, seconds: float, seed: int = 0) -> flo
             venv.step(venv.action_space.sample())
         return chunk * venv.num_envs
 
-    try:
-        run_once(2)  # warm-up (jit compilation for the JAX adapter)
-        return _timed(run_once, seconds)
-    finally:
-        venv.close()
+    run_once(2)  # warm-up (jit compilation for the JAX adapter)
+    return Runner(run_once, venv.close)
+
+
+def reference_sps(env_id: str, seconds: float, seed: int = 0) -> float:
+    return measure({"reference": reference_runner(env_id, seed)}, seconds, rounds=1)["reference"]
+
+
+def vector_sps(venv: gym.vector.VectorEnv, seconds: float, seed: int = 0) -> float:
+    return measure({"vector": vector_runner(venv, seed)}, seconds, rounds=1)["vector"]
 
 
 def _random_actions(space: gym.Space):
@@ -108,8 +131,7 @@ def _random_actions(space: gym.Space):
     raise BackendError(f"bench needs a Discrete or Box action space, got {space}")
 
 
-def jax_backend_sps(spec: str, env_id: str, num_envs: int, seconds: float, seed: int = 0,
-                    scan_steps: int = 256) -> float:
+def jax_runner(spec: str, env_id: str, num_envs: int, seed: int = 0, scan_steps: int = 256) -> Runner:
     """A jitted lax.scan of random-action steps over num_envs envs, auto-reset and time limit included."""
     import jax
     import jax.numpy as jnp
@@ -144,7 +166,11 @@ def jax_backend_sps(spec: str, env_id: str, num_envs: int, seconds: float, seed:
         total.block_until_ready()
         return scan_steps * num_envs
 
-    return _timed(run_once, seconds)
+    return Runner(run_once)
+
+
+def jax_backend_sps(spec: str, env_id: str, num_envs: int, seconds: float, seed: int = 0) -> float:
+    return measure({"backend": jax_runner(spec, env_id, num_envs, seed)}, seconds, rounds=1)["backend"]
 
 
 def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 3.0,
@@ -159,13 +185,15 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
     num_envs = num_envs or (DEFAULT_VECTOR_NUM_ENVS if vector_backend else DEFAULT_NUM_ENVS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if vector_backend:
-            backend = vector_sps(make_vec_env(spec, env_id, num_envs, seed), seconds, seed)
-        else:
-            backend = jax_backend_sps(spec, env_id, num_envs, seconds, seed)
-        adapter = vector_sps(make_vec_env(spec, env_id, adapter_num_envs, seed, root), seconds, seed)
-        single = reference_sps(env_id, seconds, seed)
-        reference_vec = vector_sps(gym.make_vec(env_id, num_envs=adapter_num_envs, vectorization_mode="sync"), seconds, seed)
+        runners = {
+            "backend": vector_runner(make_vec_env(spec, env_id, num_envs, seed), seed) if vector_backend
+            else jax_runner(spec, env_id, num_envs, seed),
+            "reference": reference_runner(env_id, seed),
+            "reference_vec": vector_runner(gym.make_vec(env_id, num_envs=adapter_num_envs, vectorization_mode="sync"), seed),
+            "adapter": vector_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root), seed),
+        }
+        sps = measure(runners, seconds)
+    backend, single, reference_vec, adapter = sps["backend"], sps["reference"], sps["reference_vec"], sps["adapter"]
     cache.store_throughput(spec, env_id, adapter_num_envs, adapter)
     return {
         "env_id": env_id,
