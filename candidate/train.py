@@ -300,6 +300,7 @@ def main():
 
     print("---")
     print(f"env_id: {ENV_ID}")
+    print(f"backend: {type(envs.unwrapped if hasattr(envs, 'unwrapped') else envs).__name__}")
     print(f"env_steps: {env_steps}")
     print(f"sps: {env_steps / training_seconds:.0f}")
     print(f"training_seconds: {training_seconds:.1f}")

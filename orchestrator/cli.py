@@ -79,8 +79,16 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_argument("--optuna-params", metavar="NAME,NAME",
                      help="tune only these constants of the hyperparameter block (default: all numeric)")
     phases = run.add_argument_group("phases")
-    phases.add_argument("--phases", help="phases to run, e.g. train (default)")
-    phases.add_argument("--schedule", help="alternation pattern, e.g. translate:1,train:4")
+    phases.add_argument("--phases", help="phases to run: translate,train (default for the anthropic and command "
+                                         "agents), train (optuna); replay follows its folders' files")
+    phases.add_argument("--schedule", help="alternation pattern (default translate:1,train:4 when both phases run)")
+    phases.add_argument("--repair-rounds", type=_non_negative_int, default=3, metavar="N",
+                        help="translate: repair rounds from the verifier's report per experiment (default 3)")
+    phases.add_argument("--target-speedup", type=_positive_float, default=100.0, metavar="X",
+                        help="translate: stop translating once the backend is X times the reference (default 100)")
+    phases.add_argument("--translate-patience", type=_positive_int, default=3, metavar="N",
+                        help="translate: stop after N translate experiments without a gain (default 3)")
+    phases.add_argument("--bench-seconds", type=_positive_float, default=2.0, help=argparse.SUPPRESS)
     adv = run.add_argument_group("advanced (mainly for tests)")
     adv.add_argument("--eval-episodes", type=_positive_int, metavar="N",
                      help="evaluation episodes (default: evaluate.NUM_EVAL_EPISODES)")
@@ -151,6 +159,8 @@ def _run(args) -> int:
             env_id=args.env_id, tag=args.tag, agent=args.agent, resume=args.resume, budget_s=args.budget_s,
             grace_s=args.grace, eval_episodes=args.eval_episodes, eval_timeout_s=args.eval_timeout,
             eval_workers=args.eval_workers, phases=args.phases, schedule=args.schedule, limits=limits,
+            repair_rounds=args.repair_rounds, target_speedup=args.target_speedup,
+            translate_patience=args.translate_patience, bench_seconds=args.bench_seconds,
             repo=args.repo, agent_args=args)
         return start(options, make_agent, dict(os.environ))
     except (RunError, WorkspaceError) as exc:

@@ -24,7 +24,7 @@ from . import runner
 from .agents.base import AgentContext, NoMoreProposals, Outcome, Proposal
 from .daemon import (LockHeld, RunLock, StopControl, StopRequested, log, progress, read_state,
                      setup_logging, write_state)
-from .phases import PHASES, Phase, TrainPhase, Verdict, parse_schedule
+from .phases import PHASES, Phase, TrainPhase, Verdict, parse_schedule, verify_cache_dir
 from .results import ResultsFile, Row, compact_table, summarize, utc_now
 from .workspace import Workspace, repo_root
 
@@ -58,6 +58,14 @@ class RunConfig:
     created: str
     agent: str                            # what a --resume without --agent uses again
     agent_options: dict = field(default_factory=dict)
+    schedule_from_agent: bool = False     # replay: each folder's files say its phase
+    # translate phase
+    repair_rounds: int = 3
+    target_speedup: float = 100.0
+    translate_patience: int = 3
+    verify_timeout_s: float = 1800.0
+    bench_seconds: float = 2.0
+    bench_num_envs: int = 4096
 
     @classmethod
     def load(cls, path: Path) -> "RunConfig":
@@ -92,6 +100,10 @@ class Options:
     eval_workers: Optional[int] = None
     phases: Optional[str] = None
     schedule: Optional[str] = None
+    repair_rounds: int = 3
+    target_speedup: float = 100.0
+    translate_patience: int = 3
+    bench_seconds: float = 2.0
     limits: Limits = field(default_factory=Limits)
     repo: Optional[Path] = None
     agent_args: object = None                # the argparse namespace, for the agent factory
@@ -167,6 +179,8 @@ class Run:
         self.session_started = time.time()
         self.best_score: Optional[float] = None
         self.best_commit = config.base_commit
+        # Backends verified in this run are what train.py's make_vec_env("auto") may pick.
+        os.environ["AUTORL_VERIFY_CACHE"] = str(verify_cache_dir(run_dir))
         self._load_best()
 
     # ------------------------------------------------------------ derived state
@@ -322,6 +336,56 @@ class Run:
                             description=f"baseline seed {seed}"))
             self.clear_in_flight()
 
+    # ------------------------------------------------------------ re-baseline after a kept translation
+    def needs_rebaseline(self) -> bool:
+        """A translation was kept and the incumbent train.py has not been retrained on it yet."""
+        rows = self.rows()
+        kept = [i for i, r in enumerate(rows) if r.phase == "translate" and r.status == "keep"]
+        return bool(kept) and not any(r.status in ("baseline", "crash", "timeout") and r.phase == "train"
+                                      and r.exp > rows[kept[-1]].exp for r in rows[kept[-1] + 1:])
+
+    def run_rebaseline(self, exp: int) -> bool:
+        """Retrain the best train.py on the new backend so later experiments compare like with like.
+
+        Its score becomes the best to beat. If training fails on the new backend, the translation
+        is reverted (its commit stays under refs/autorl/<tag>/exp-NNNN of its experiment)."""
+        phase = TrainPhase()
+        exp_dir = self.exp_dir(exp)
+        shutil.rmtree(exp_dir, ignore_errors=True)
+        started = time.monotonic()
+        self.set_in_flight(exp, phase.name, "re-baseline", commit=self.best_commit)
+        m = phase.measure(self, f"exp {exp} re-baseline", self.config.train_seeds[0], exp_dir)
+        commit = self.workspace.short(self.best_commit)
+        description = "re-baseline: the best train.py retrained on the newly kept backend"
+        if m.status == "interrupted":
+            self.append(Row(exp=exp, phase=phase.name, status="interrupted", commit=commit, best=self.best_score,
+                            wall_s=time.monotonic() - started, description=f"{description} [{m.note}]"))
+            self.clear_in_flight()
+            return False
+        if m.status:
+            translation = [r for r in self.rows() if r.phase == "translate" and r.status == "keep"][-1]
+            record = self.exp_dir(translation.exp) / "translate.json"
+            previous = json.loads(record.read_text()).get("previous_best") if record.exists() else None
+            if previous:
+                self.workspace.keep_ref(translation.exp, self.best_commit)
+                self.best_commit = previous
+                self.workspace.reset_to(previous)
+            note = f"{m.note}; the translation of exp {translation.exp} is reverted"
+            self.last_failure = m.failure
+        else:
+            self.best_score = m.score
+            note = f"was {self._previous_best_text()}"
+        self.append(Row(exp=exp, phase=phase.name, status="baseline" if not m.status else m.status,
+                        commit=commit, score=m.score, best=self.best_score, env_steps=m.env_steps, sps=m.sps,
+                        wall_s=time.monotonic() - started, description=f"{description} [{note}]"))
+        self.clear_in_flight()
+        log.info("exp %d: re-baseline %s", exp, "score %.3f" % m.score if m.score is not None else m.status)
+        return True
+
+    def _previous_best_text(self) -> str:
+        scored = [r.best for r in self.rows() if r.best is not None]
+        return f"best {scored[-1]:.3f} on the previous backend" if scored else "no score yet"
+
     # ------------------------------------------------------------ one experiment
     def context(self, exp: int, phase: Phase, exp_dir: Path, repair_round: int = 0) -> AgentContext:
         program = Path(self.config.main_root) / "program.md"  # the human steers by editing it
@@ -390,8 +454,12 @@ class Run:
 
     def _conclude(self, exp: int, phase: Phase, ctx: AgentContext, commit: Optional[str],
                   verdict: Verdict, description: str, cost: float, started: float) -> None:
+        commit = verdict.extra.get("commit", commit)  # a translate experiment's last repair round
+        cost += verdict.extra.get("cost_usd", 0.0)
         if verdict.status == "keep":
-            self.best_commit, self.best_score = commit, verdict.score
+            self.best_commit = commit
+            if verdict.score is not None:  # a kept translation changes the backend, not the score
+                self.best_score = verdict.score
         elif commit:
             self.workspace.keep_ref(exp, commit)
         # Also after a keep: whatever the train run wrote into the worktree goes.
@@ -453,6 +521,11 @@ class Run:
 
     def phase_for(self, exp: int) -> Optional[Phase]:
         """The schedule's phase for this experiment, skipping phases that are done."""
+        hint = getattr(self.agent, "phase_hint", None)
+        if self.config.schedule_from_agent and hint is not None:
+            name = hint(exp)
+            if name in PHASES:
+                return next((p for p in self.schedule if p.name == name), PHASES[name]())
         count = len(self.schedule)
         for offset in range(count):
             phase = self.schedule[(exp - 1 + offset) % count]
@@ -466,6 +539,9 @@ class Run:
             if reason:
                 return reason
             exp = self.next_exp()
+            if self.needs_rebaseline():
+                self.run_rebaseline(exp)
+                continue
             phase = self.phase_for(exp)
             if phase is None:
                 return "no phase wants another experiment"
@@ -593,9 +669,22 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
         lock.release()
 
 
-def _schedule(options: Options) -> list[str]:
+# Agents that write code alternate translating the env and training; optuna only tunes train.py.
+CODE_WRITING_AGENTS = ("anthropic", "command")
+DEFAULT_PHASES, DEFAULT_SCHEDULE = "translate,train", "translate:1,train:4"
+
+
+def _schedule(options: Options, agent_name: Optional[str] = None) -> list[str]:
+    phases, schedule = options.phases, options.schedule
+    if not phases and not schedule:
+        if agent_name in CODE_WRITING_AGENTS:
+            phases, schedule = DEFAULT_PHASES, DEFAULT_SCHEDULE
+        elif agent_name == "replay":
+            phases = DEFAULT_PHASES  # each experiment's phase comes from its folder's files
+    elif phases and not schedule and set(phases.replace(" ", "").split(",")) == {"translate", "train"}:
+        schedule = DEFAULT_SCHEDULE
     try:
-        return parse_schedule(options.phases, options.schedule)
+        return parse_schedule(phases, schedule)
     except ValueError as exc:
         raise RunError(str(exc)) from None
 
@@ -636,7 +725,7 @@ def _new_config(options: Options, tag: str, root: Path, run_dir: Path, workspace
     budget = options.budget_s if options.budget_s is not None else harness_budget
     if workspace.main_is_dirty():
         log.warning("the main checkout has uncommitted changes; the run starts from its last commit")
-    schedule = _schedule(options)
+    schedule = _schedule(options, agent_name)
     base = workspace.create()
     harness_bytes = harness_src.read_bytes()
     (run_dir / HARNESS).write_bytes(harness_bytes)
@@ -648,7 +737,10 @@ def _new_config(options: Options, tag: str, root: Path, run_dir: Path, workspace
         eval_timeout_s=options.eval_timeout_s, eval_workers=options.eval_workers, schedule=schedule,
         main_root=str(root), worktree=str(workspace.path), branch=workspace.branch, base_commit=base,
         harness_sha256=runner.sha256_file(run_dir / HARNESS), created=utc_now(), agent=agent_name,
-        agent_options=_agent_options(options.agent_args))
+        agent_options=_agent_options(options.agent_args),
+        schedule_from_agent=agent_name == "replay" and not (options.phases or options.schedule),
+        repair_rounds=options.repair_rounds, target_speedup=options.target_speedup,
+        translate_patience=options.translate_patience, bench_seconds=options.bench_seconds)
     config.save(run_dir / "run.json")
     ResultsFile(run_dir / "results.tsv").create()
     return config, harness_bytes

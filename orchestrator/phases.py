@@ -16,13 +16,18 @@ A new phase (translate) subclasses Phase and registers itself in PHASES. What it
 """
 from __future__ import annotations
 
+import json
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
+from envs_fast.backend import slug
+
 from . import runner
-from .daemon import log, progress
+from .agents.base import NoMoreProposals
+from .daemon import StopRequested, log, progress
 from .workspace import compile_errors, disallowed
 
 if TYPE_CHECKING:
@@ -186,7 +191,180 @@ def _last_line(text: str) -> str:
     return lines[-1].strip()[:200] if lines else ""
 
 
-PHASES: dict[str, type[Phase]] = {"train": TrainPhase}
+class TranslatePhase(Phase):
+    """Write or repair envs_fast/<slug>.py; verify L1-L3 (with repair rounds); benchmark; keep
+    when verified and faster, at train.py's NUM_ENVS, than the backend training uses now."""
+
+    name = "translate"
+
+    def translation(self, run: "Run") -> str:
+        return f"envs_fast/{slug(run.config.env_id)}.py"
+
+    def allowed_paths(self, run: "Run") -> list[str]:
+        return [self.translation(run)]
+
+    def wants_turn(self, run: "Run") -> bool:
+        cfg = run.config
+        kept = [r for r in run.rows() if r.phase == self.name and r.status == "keep"]
+        if kept:
+            record = _read_json(run.exp_dir(kept[-1].exp) / "translate.json")
+            if record.get("ratio", 0.0) >= cfg.target_speedup:
+                return False
+        since_gain = [r for r in run.rows() if r.phase == self.name and r.status not in ("keep", "interrupted")
+                      and (not kept or r.exp > kept[-1].exp)]
+        return len(since_gain) < cfg.translate_patience
+
+    def execute(self, run: "Run", exp: int, exp_dir: Path, commit: str) -> Verdict:
+        cfg = run.config
+        previous_best = run.best_commit
+        path = self.translation(run)
+        extra = {"cost_usd": 0.0, "commit": commit}
+        for repair in range(cfg.repair_rounds + 1):
+            label = f"exp {exp}" + (f" repair {repair}" if repair else "")
+            report, code = self._verify(run, label, exp_dir, repair)
+            if code is None:
+                return Verdict("interrupted", note="stopped during verification", extra=extra)
+            if code == 0:
+                break
+            failure = report or "the verifier produced no report"
+            if code not in (1,):  # bad input: file that does not import, protocol missing, timeout
+                failure = f"verification could not run (exit {code}):\n{failure}"
+            if repair == cfg.repair_rounds:
+                return Verdict("discard", note=f"verification failed after {repair} repair round(s): "
+                               f"{_first_line(failure)}", failure=failure, extra=extra)
+            # A repair round: the agent gets the report and edits the same file; each round a commit.
+            ctx = run.context(exp, self, exp_dir, repair_round=repair + 1)
+            ctx.last_failure = failure
+            try:
+                proposal = run.propose(ctx)
+            except NoMoreProposals:
+                return Verdict("discard", note=f"verification failed: {_first_line(failure)}",
+                               failure=failure, extra=extra)
+            except StopRequested:
+                return Verdict("interrupted", note="stopped during a repair round", extra=extra)
+            extra["cost_usd"] += proposal.cost_usd
+            changed = run.workspace.changed_paths(extra["commit"])
+            if not changed:
+                return Verdict("discard", note=f"repair round {repair + 1} changed nothing; verification "
+                               f"failed: {_first_line(failure)}", failure=failure, extra=extra)
+            problem = self.check(run, changed)
+            extra["commit"] = run.workspace.commit(f"{proposal.description} (repair round {repair + 1})")
+            if problem:
+                return Verdict("invalid", note=f"repair round {repair + 1}: {problem}",
+                               failure=f"the repair was rejected: {problem}", extra=extra)
+            run.set_in_flight(exp, self.name, f"repair {repair + 1}", commit=extra["commit"])
+        verified = "verified L1-L3" + (f" after {repair} repair round(s)" if repair else "")
+        incumbent = self._incumbent_spec(run, previous_best, exp_dir)
+        new = self._bench(run, f"exp {exp}", path, exp_dir / "bench.json")
+        old = self._bench(run, f"exp {exp} incumbent", incumbent, exp_dir / "bench-incumbent.json")
+        if new is None or old is None:
+            stopped = run.stop.requested()
+            return Verdict("interrupted" if stopped else "crash",
+                           note="stopped during the benchmark" if stopped else f"{verified}; the benchmark failed",
+                           failure=runner.log_tail(exp_dir / "bench.log"), extra=extra)
+        speedup = new["adapter_sps"] / max(old["adapter_sps"], 1e-9)
+        record = {"spec": path, "incumbent": _spec_name(incumbent), "ratio": new["ratio"], "speedup": speedup,
+                  "adapter_sps": new["adapter_sps"], "incumbent_adapter_sps": old["adapter_sps"],
+                  "backend_sps": new["backend_sps"], "reference_sps": new["reference_sps"],
+                  "num_envs": new["adapter_num_envs"], "previous_best": previous_best}
+        (exp_dir / "translate.json").write_text(json.dumps(record, indent=1) + "\n")
+        figures = (f"{verified}; {new['ratio']:.0f}x the reference env; at {new['adapter_num_envs']} envs "
+                   f"{new['adapter_sps']:,.0f} sps vs {old['adapter_sps']:,.0f} ({_spec_name(incumbent)}) = "
+                   f"{speedup:.2f}x")
+        status = "keep" if speedup > 1.0 else "discard"
+        verdict = Verdict(status, sps=new["backend_sps"], note=figures if status == "keep" else
+                          f"{figures}: not faster than the current backend", extra=extra)
+        if status == "discard":
+            verdict.failure = (f"Your translation passed verification but is not faster than the backend "
+                               f"training uses now: {figures}. Make it faster.")
+        return verdict
+
+    # ---- the steps, each in a subprocess with the scrubbed environment (the translation is candidate code)
+    def _verify(self, run: "Run", label: str, exp_dir: Path, repair: int) -> tuple[str, Optional[int]]:
+        cfg = run.config
+        json_path, log_path = exp_dir / f"verify.r{repair}.json", exp_dir / f"verify.r{repair}.log"
+        log.info("%s: verifying %s at L1-L3", label, self.translation(run))
+        result = runner.run_group(
+            [sys.executable, "-m", "envs_fast.verify", "--env", cfg.env_id, "--backend", self.translation(run),
+             "--levels", "1,2,3", "--json", str(json_path)],
+            run.workspace.path, runner.scrubbed_env(_subprocess_env(run)), log_path, cfg.verify_timeout_s,
+            run.stop.requested, on_spawn=lambda pgid: run.note_process(pgid, "verify"),
+            on_tick=lambda t: progress.show(f"{label}: verifying {t:.0f}s"))
+        if result.interrupted:
+            return "", None
+        if json_path.exists():
+            shutil.copyfile(json_path, exp_dir / "verify.json")  # the last round's full report
+        report = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
+        if result.timed_out:
+            return f"verification timed out after {cfg.verify_timeout_s:.0f}s\n{report[-4000:]}", 3
+        log.info("%s: verification %s", label, "passed" if result.returncode == 0 else "FAILED")
+        return report[-12000:], result.returncode
+
+    def _bench(self, run: "Run", label: str, spec: str, json_path: Path) -> Optional[dict]:
+        cfg = run.config
+        log.info("%s: benchmarking %s", label, _spec_name(spec))
+        result = runner.run_group(
+            [sys.executable, "-m", "envs_fast.bench", "--env", cfg.env_id, "--backend", spec,
+             "--num-envs", str(cfg.bench_num_envs), "--seconds", _number(cfg.bench_seconds),
+             "--json", str(json_path)],
+            run.workspace.path, runner.scrubbed_env(_subprocess_env(run)), json_path.with_suffix(".log"),
+            cfg.verify_timeout_s, run.stop.requested, on_spawn=lambda pgid: run.note_process(pgid, "bench"),
+            on_tick=lambda t: progress.show(f"{label}: benchmarking {t:.0f}s"))
+        if result.returncode != 0 or not json_path.exists():
+            return None
+        return _read_json(json_path) or None
+
+    def _incumbent_spec(self, run: "Run", best_commit: str, exp_dir: Path) -> str:
+        """What `make_vec_env(backend="auto")` used before this experiment: the kept translation (a
+        copy of the best commit's file), else envpool where it has the env, else gymnasium."""
+        try:
+            old = run.workspace.repo.git.show(f"{best_commit}:{self.translation(run)}")
+        except Exception:
+            old = None
+        kept = [r for r in run.rows() if r.phase == self.name and r.status == "keep"]
+        if old is not None and kept:
+            copy = exp_dir / f"incumbent_{Path(self.translation(run)).name}"
+            copy.write_text(old + ("\n" if not old.endswith("\n") else ""))
+            return str(copy)
+        from envs_fast.envpool_backend import envpool_supports
+
+        return "envpool" if envpool_supports(run.config.env_id) else "reference"
+
+
+def verify_cache_dir(run_dir: Path) -> Path:
+    """Verdicts of this run's backends: shared by the verifier and train.py's make_vec_env("auto")."""
+    return run_dir / "verify-cache"
+
+
+def _subprocess_env(run: "Run") -> dict:
+    return {"AUTORL_VERIFY_CACHE": str(verify_cache_dir(run.run_dir)), "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1"}
+
+
+def _spec_name(spec: str) -> str:
+    if spec.endswith(".py"):
+        return "the kept translation" if Path(spec).name.startswith("incumbent_") else Path(spec).name
+    return {"reference": "gymnasium vector env"}.get(spec, spec)
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _first_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    failing = [line for line in lines if "FAIL" in line]
+    return (failing[0] if failing else lines[0] if lines else "")[:240]
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+PHASES: dict[str, type[Phase]] = {"train": TrainPhase, "translate": TranslatePhase}
 
 
 def parse_schedule(phases: Optional[str], schedule: Optional[str]) -> list[str]:

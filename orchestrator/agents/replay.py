@@ -55,5 +55,13 @@ class ReplayAgent:
         cost = float(cost_file.read_text().strip()) if cost_file.exists() else 0.0
         return Proposal(description=description or f"replay {folder.name}", cost_usd=cost)
 
+    def phase_hint(self, exp: int):
+        """The phase experiment `exp`'s folder is for: translate when it holds envs_fast/ files."""
+        folder = self.folder(exp)
+        if not folder.is_dir():
+            return None
+        files = [p.relative_to(folder) for p in folder.rglob("*") if p.is_file()]
+        return "translate" if any(f.parts[0] == "envs_fast" for f in files) else "train"
+
     def tell(self, ctx: AgentContext, outcome: Outcome) -> None:
         pass
