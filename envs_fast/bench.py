@@ -109,22 +109,32 @@ def vector_sps(venv: gym.vector.VectorEnv, seconds: float, seed: int = 0) -> flo
     return measure({"vector": vector_runner(venv, seed)}, seconds, rounds=1)["vector"]
 
 
-def _random_actions(space: gym.Space):
-    """Uniform random actions from few random bits (8 per discrete action, 16 per Box component):
-    threefry bits cost more than a classic-control step, and a benchmark should time the env."""
-    import jax
+def _hash_bits(seed, step, num_envs: int):
+    """32 uniform bits per env from a cheap integer hash of (seed, step, env index). A threefry draw
+    per env costs more than a classic-control step; the benchmark times the env, not the action
+    generator, so actions come from this hash instead."""
     import jax.numpy as jnp
 
-    if isinstance(space, gym.spaces.Discrete) and space.n <= 256:
-        return lambda key, n: (jax.random.bits(key, (n,), jnp.uint8).astype(jnp.int32) % space.n) + space.start
+    from envs_fast.vector import mix32
+
+    return mix32(jnp.arange(num_envs, dtype=jnp.uint32) * jnp.uint32(0x9E3779B1)
+                 + jnp.asarray(step, jnp.uint32) * jnp.uint32(0x85EBCA77) + jnp.asarray(seed, jnp.uint32))
+
+
+def _random_actions(space: gym.Space):
+    """`sample(seed, step, n)`: uniform random actions for n envs at a given step."""
+    import jax.numpy as jnp
+
     if isinstance(space, gym.spaces.Discrete):
-        return lambda key, n: jax.random.randint(key, (n,), space.start, space.start + space.n, dtype=jnp.int32)
+        return lambda seed, step, n: (_hash_bits(seed, step, n) % jnp.uint32(space.n)).astype(jnp.int32) + space.start
     if isinstance(space, gym.spaces.Box):
         low = jnp.asarray(np.where(np.isfinite(space.low), space.low, -1.0), jnp.float32)
         high = jnp.asarray(np.where(np.isfinite(space.high), space.high, 1.0), jnp.float32)
+        size = int(np.prod(space.shape))
 
-        def sample(key, n):
-            unit = jax.random.bits(key, (n,) + space.shape, jnp.uint16).astype(jnp.float32) / 65535.0
+        def sample(seed, step, n):
+            bits = _hash_bits(seed, step, n * size).reshape((n,) + space.shape)
+            unit = (bits >> 8).astype(jnp.float32) / float(1 << 24)
             return low + unit * (high - low)
 
         return sample
@@ -145,18 +155,18 @@ def jax_runner(spec: str, env_id: str, num_envs: int, seed: int = 0, scan_steps:
     @jax.jit
     def rollout(carry):
         def body(carry, _):
-            key, state, elapsed, needs_reset = carry
-            key, action_key, step_key = jax.random.split(key, 3)
+            key, step, state, elapsed, needs_reset = carry
+            key, step_key = jax.random.split(key)
             _, state, reward, _, _, elapsed, needs_reset = batched_step(
-                step_key, state, elapsed, needs_reset, sample(action_key, num_envs))
-            return (key, state, elapsed, needs_reset), reward.sum()
+                step_key, state, elapsed, needs_reset, sample(seed, step, num_envs))
+            return (key, step + 1, state, elapsed, needs_reset), reward.sum()
 
         carry, rewards = jax.lax.scan(body, carry, None, length=scan_steps)
         return carry, rewards.sum()
 
     key = jax.random.PRNGKey(seed)
     _, state = jax.jit(batched_reset)(jax.random.split(key, num_envs))
-    carry = (key, state, jnp.zeros(num_envs, jnp.int32), jnp.zeros(num_envs, bool))
+    carry = (key, jnp.uint32(0), state, jnp.zeros(num_envs, jnp.int32), jnp.zeros(num_envs, bool))
     carry, total = rollout(carry)  # compile
     total.block_until_ready()
 
