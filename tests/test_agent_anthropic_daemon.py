@@ -39,7 +39,7 @@ def test_an_anthropic_experiment_is_kept_and_the_run_stops_at_max_cost(autorl_re
                "AUTORL_TEST_SECRET": CANARY, "AUTORL_AGENT_SDK_RETRIES": "1",
                "AUTORL_AGENT_OUTAGE_WAIT": "0.1"}
         done = run_daemon(repo, "run", "--env", "CartPole-v1", "--tag", "llm", "--agent", "anthropic",
-                          "--model", "claude-sonnet-4-6", "--budget", "3", "--max-experiments", "3",
+                          "--model", "claude-sonnet-4-6", "--phases", "train", "--budget", "3", "--max-experiments", "3",
                           "--max-cost", "0.5", *FAST, env=env, timeout=150)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output

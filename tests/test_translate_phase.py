@@ -99,3 +99,14 @@ def test_schedule_alternates_and_judges_translations(autorl_repo, tmp_path):
     assert "# a comment" in repo_git.commit("refs/autorl/s/exp-0001").tree["envs_fast/cartpole_v1.py"] \
         .data_stream.read().decode()
     assert repo_git.commit("refs/autorl/s/exp-0004")
+
+
+def test_default_phases_follow_the_agent():
+    from orchestrator.loop import Options, _schedule
+
+    assert _schedule(Options(), "anthropic") == ["translate", "train", "train", "train", "train"]
+    assert _schedule(Options(), "command") == ["translate", "train", "train", "train", "train"]
+    assert _schedule(Options(), "optuna") == ["train"]
+    assert _schedule(Options(phases="train"), "anthropic") == ["train"]
+    assert _schedule(Options(phases="translate,train", schedule="translate:2,train:1"), "optuna") == \
+        ["translate", "translate", "train"]
