@@ -12,6 +12,10 @@ import gymnasium as gym
 import numpy as np
 
 
+# envpool builds float64-bounded Box spaces on reset; gymnasium warns about the cast each time.
+warnings.filterwarnings("ignore", message=".*precision lowered by casting to float32.*", category=UserWarning)
+
+
 @lru_cache(maxsize=None)
 def _envpool_ids() -> frozenset:
     try:
