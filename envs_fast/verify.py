@@ -155,6 +155,12 @@ class Verifier:
             self.functional = load_functional(self.spec, env_id, root)
         self.stochastic = False
         self.sync_broken = False
+        self.partial: LevelReport | None = None
+
+    def _begin(self, level: int) -> LevelReport:
+        """A level's report, kept so that a crash mid-level still reports the checks done so far."""
+        self.partial = LevelReport(level)
+        return self.partial
 
     def make_vec(self, num_envs: int, seed: int):
         from envs_fast import make_vec_env
@@ -163,7 +169,7 @@ class Verifier:
 
     # ------------------------------------------------------------------ L1
     def level1(self) -> LevelReport:
-        report = LevelReport(1)
+        report = self._begin(1)
         s = self.settings
         n = s.reset_samples if self.functional else min(s.reset_samples, s.vector_reset_samples)
         venv = self.make_vec(n, s.seed)
@@ -322,7 +328,7 @@ class Verifier:
 
     # ------------------------------------------------------------------ L2
     def level2(self) -> LevelReport:
-        report = LevelReport(2)
+        report = self._begin(2)
         if not (self.functional and self.functional.syncs_state):
             report.status = "not applicable"
             report.note = "this backend cannot sync state with the reference; L3 compares it statistically"
@@ -518,20 +524,20 @@ class Verifier:
     # ------------------------------------------------------------------ L3
     def level3(self) -> LevelReport:
         if self.sync_broken:
-            report = LevelReport(3)
+            report = self._begin(3)
             report.add("trajectories from synced starts", False,
                        "the backend's state sync does not round-trip, so trajectories cannot start in sync (see L2)")
             return report
         if self.functional and self.functional.syncs_state and not self.stochastic:
             return self._level3_synced()
-        report = LevelReport(3)
+        report = self._begin(3)
         report.note = ("the reference is stochastic" if self.stochastic else "no state sync") + \
             ": return distributions under a fixed policy, TOST"
         self._returns_equivalence(report)
         return report
 
     def _level3_synced(self) -> LevelReport:
-        report = LevelReport(3)
+        report = self._begin(3)
         s = self.settings
         report.tolerances = {"per step": _tolerance_text(s) + f" + {s.chaos_factor:g} * |shadow - reference|",
                              "shadow": "the reference itself with its state rounded to float32 after every step (and, in a second "
@@ -703,7 +709,7 @@ class Verifier:
 
     # ------------------------------------------------------------------ L4
     def level4(self) -> LevelReport:
-        report = LevelReport(4)
+        report = self._begin(4)
         s = self.settings
         horizon = min(self.max_steps or s.horizon, s.horizon)
         report.tolerances = {"TOST": f"equivalence margin {s.margin_sd} pooled sd (floor 1% of the reference mean), alpha 0.05"}
@@ -824,7 +830,7 @@ def verify(env_id: str, spec: str, levels=(1, 2, 3), settings: Settings | None =
             except BackendError:
                 raise
             except Exception as exc:  # a backend that crashes fails the level, with the reason
-                failed = LevelReport(level)
+                failed = verifier.partial if verifier.partial and verifier.partial.level == level else LevelReport(level)
                 failed.add("runs", False, f"{type(exc).__name__}: {exc}")
                 report.levels.append(failed)
     verifier.reference.close()
