@@ -870,7 +870,10 @@ def main(argv: list[str] | None = None) -> int:
     except BackendError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(report.to_text())
+    try:
+        print(report.to_text(), flush=True)
+    except BrokenPipeError:  # e.g. piped into `head`; the exit code still tells the verdict
+        sys.stdout = None
     if args.json:
         Path(args.json).write_text(report.to_json())
     return 0 if report.passed else 1

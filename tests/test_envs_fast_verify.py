@@ -205,3 +205,11 @@ def test_l4_policy_trained_on_the_backend_transfers_to_the_reference():
     assert check.name == "trained policy transfers (TOST)"
     start, end = check.detail.split("mean return ")[1].split(")")[0].split(" -> ")
     assert float(end) > float(start)  # the policy did learn on the backend
+
+
+def test_protocol_violation_is_reported_by_name(tmp_path):
+    path = _mutant(tmp_path, "cartpole_v1.py", "return _obs(new), new, reward, terminated",
+                   "return _obs(new), new, reward, terminated, {}")
+    report = verify("CartPole-v1", str(path), (1,), QUICK)
+    assert report.levels[0].failure["check"] == "step signature"
+    assert "the protocol is (obs, state, reward, terminated)" in report.to_text()
