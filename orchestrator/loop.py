@@ -169,8 +169,8 @@ class Run:
         self.harness_bytes = harness_bytes
         self.results = ResultsFile(run_dir / "results.tsv")
         self.agent = None
-        phases = {name: PHASES[name]() for name in set(config.schedule)}  # one instance per kind
-        self.schedule = [phases[name] for name in config.schedule]
+        self.phases = {name: PHASES[name]() for name in PHASES}  # one instance per kind
+        self.schedule = [self.phases[name] for name in config.schedule]
         self.pending_cost = 0.0          # spent by agent turns that failed before a row
         self.agent_failures = 0
         self.last_failure: Optional[str] = None
@@ -523,9 +523,9 @@ class Run:
         """The schedule's phase for this experiment, skipping phases that are done."""
         hint = getattr(self.agent, "phase_hint", None)
         if self.config.schedule_from_agent and hint is not None:
-            name = hint(exp)
-            if name in PHASES:
-                return next((p for p in self.schedule if p.name == name), PHASES[name]())
+            name = hint(exp)  # replay: the folder's files say which phase (None: the schedule decides)
+            if name in self.phases:
+                return self.phases[name]
         count = len(self.schedule)
         for offset in range(count):
             phase = self.schedule[(exp - 1 + offset) % count]
@@ -679,8 +679,6 @@ def _schedule(options: Options, agent_name: Optional[str] = None) -> list[str]:
     if not phases and not schedule:
         if agent_name in CODE_WRITING_AGENTS:
             phases, schedule = DEFAULT_PHASES, DEFAULT_SCHEDULE
-        elif agent_name == "replay":
-            phases = DEFAULT_PHASES  # each experiment's phase comes from its folder's files
     elif phases and not schedule and set(phases.replace(" ", "").split(",")) == {"translate", "train"}:
         schedule = DEFAULT_SCHEDULE
     try:
