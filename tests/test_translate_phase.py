@@ -21,11 +21,19 @@ def small_real_train_py() -> str:
     return text
 
 
+def buggy_cliffwalking() -> str:
+    """The correct translation with a seeded bug: the cliff ends one cell early."""
+    correct = (TRANSLATIONS / "cliffwalking_v1.py").read_text()
+    buggy = correct.replace("(col <= COLS - 2)", "(col <= COLS - 3)")
+    assert buggy != correct
+    return buggy
+
+
 def test_buggy_translation_is_repaired_kept_and_rebaselined(autorl_repo, tmp_path):
     repo = autorl_repo(train_py=small_real_train_py())
     slug_path = "envs_fast/cliffwalking_v1.py"
     replay = write_replay(tmp_path / "replay", {
-        1: {slug_path: (TRANSLATIONS / "cliffwalking_v1_buggy.py").read_text(), "DESCRIPTION": "translate CliffWalking"},
+        1: {slug_path: buggy_cliffwalking(), "DESCRIPTION": "translate CliffWalking"},
     })
     write_replay(replay, {1: {}})
     (replay / "001.r1" / "envs_fast").mkdir(parents=True)
@@ -61,7 +69,7 @@ def test_buggy_translation_is_repaired_kept_and_rebaselined(autorl_repo, tmp_pat
     branch = git.Repo(repo).commit("autorl/t")
     assert branch.tree[slug_path].data_stream.read().decode() == (TRANSLATIONS / "cliffwalking_v1.py").read_text()
     assert "repair round 1" in branch.message
-    assert "cliff ends one cell early" in branch.parents[0].tree[slug_path].data_stream.read().decode()
+    assert branch.parents[0].tree[slug_path].data_stream.read().decode() == buggy_cliffwalking()
     # The re-baseline trained on the verified JAX backend, not on gymnasium.
     assert "backend: JaxVectorEnv" in (run_dir / "exp-0002" / "train.log").read_text()
 
