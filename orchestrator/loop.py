@@ -24,7 +24,7 @@ from . import runner
 from .agents.base import AgentContext, NoMoreProposals, Outcome, Proposal
 from .daemon import (LockHeld, RunLock, StopControl, StopRequested, log, progress, read_state,
                      setup_logging, write_state)
-from .phases import PHASES, Phase, TrainPhase, Verdict, parse_schedule, verify_cache_dir
+from .phases import PHASES, Phase, TrainPhase, Verdict, parse_schedule
 from .results import ResultsFile, Row, compact_table, summarize, utc_now
 from .workspace import Workspace, repo_root
 
@@ -65,7 +65,6 @@ class RunConfig:
     translate_patience: int = 3
     verify_timeout_s: float = 1800.0
     bench_seconds: float = 2.0
-    bench_num_envs: int = 4096
 
     @classmethod
     def load(cls, path: Path) -> "RunConfig":
@@ -179,8 +178,6 @@ class Run:
         self.session_started = time.time()
         self.best_score: Optional[float] = None
         self.best_commit = config.base_commit
-        # Backends verified in this run are what train.py's make_vec_env("auto") may pick.
-        os.environ["AUTORL_VERIFY_CACHE"] = str(verify_cache_dir(run_dir))
         self._load_best()
 
     # ------------------------------------------------------------ derived state
@@ -342,9 +339,9 @@ class Run:
         rows = self.rows()
         kept = [i for i, r in enumerate(rows) if r.phase == "translate" and r.status == "keep"]
         return bool(kept) and not any(r.status in ("baseline", "crash", "timeout") and r.phase == "train"
-                                      and r.exp > rows[kept[-1]].exp for r in rows[kept[-1] + 1:])
+                                      for r in rows[kept[-1] + 1:])
 
-    def run_rebaseline(self, exp: int) -> bool:
+    def run_rebaseline(self, exp: int) -> None:
         """Retrain the best train.py on the new backend so later experiments compare like with like.
 
         Its score becomes the best to beat. If training fails on the new backend, the translation
@@ -361,7 +358,7 @@ class Run:
             self.append(Row(exp=exp, phase=phase.name, status="interrupted", commit=commit, best=self.best_score,
                             wall_s=time.monotonic() - started, description=f"{description} [{m.note}]"))
             self.clear_in_flight()
-            return False
+            return
         if m.status:
             translation = [r for r in self.rows() if r.phase == "translate" and r.status == "keep"][-1]
             record = self.exp_dir(translation.exp) / "translate.json"
@@ -380,7 +377,6 @@ class Run:
                         wall_s=time.monotonic() - started, description=f"{description} [{note}]"))
         self.clear_in_flight()
         log.info("exp %d: re-baseline %s", exp, "score %.3f" % m.score if m.score is not None else m.status)
-        return True
 
     def _previous_best_text(self) -> str:
         scored = [r.best for r in self.rows() if r.best is not None]

@@ -102,6 +102,7 @@ class TrainPhase(Phase):
             cfg.grace_s, run.stop.requested,
             on_spawn=lambda pgid: run.note_process(pgid, "train"),
             on_tick=lambda t: progress.show(f"{label}: training {t:.0f}/{cfg.budget_s:.0f}s"),
+            extra_env=backend_env(run),
         )
         m = Measurement(env_steps=_int(train.metrics.get("env_steps")),
                         sps=_float(train.metrics.get("sps")), wall_s=train.wall_s)
@@ -227,7 +228,7 @@ class TranslatePhase(Phase):
             if code == 0:
                 break
             failure = report or "the verifier produced no report"
-            if code not in (1,):  # bad input: file that does not import, protocol missing, timeout
+            if code != 1:  # bad input: file that does not import, protocol missing, timeout
                 failure = f"verification could not run (exit {code}):\n{failure}"
             if repair == cfg.repair_rounds:
                 return Verdict("discard", note=f"verification failed after {repair} repair round(s): "
@@ -287,7 +288,7 @@ class TranslatePhase(Phase):
         result = runner.run_group(
             [sys.executable, "-m", "envs_fast.verify", "--env", cfg.env_id, "--backend", self.translation(run),
              "--levels", "1,2,3", "--json", str(json_path)],
-            run.workspace.path, runner.scrubbed_env(_subprocess_env(run)), log_path, cfg.verify_timeout_s,
+            run.workspace.path, runner.scrubbed_env(backend_env(run)), log_path, cfg.verify_timeout_s,
             run.stop.requested, on_spawn=lambda pgid: run.note_process(pgid, "verify"),
             on_tick=lambda t: progress.show(f"{label}: verifying {t:.0f}s"))
         if result.interrupted:
@@ -305,9 +306,8 @@ class TranslatePhase(Phase):
         log.info("%s: benchmarking %s", label, _spec_name(spec))
         result = runner.run_group(
             [sys.executable, "-m", "envs_fast.bench", "--env", cfg.env_id, "--backend", spec,
-             "--num-envs", str(cfg.bench_num_envs), "--seconds", _number(cfg.bench_seconds),
-             "--json", str(json_path)],
-            run.workspace.path, runner.scrubbed_env(_subprocess_env(run)), json_path.with_suffix(".log"),
+             "--seconds", runner.number_arg(cfg.bench_seconds), "--json", str(json_path)],
+            run.workspace.path, runner.scrubbed_env(backend_env(run)), json_path.with_suffix(".log"),
             cfg.verify_timeout_s, run.stop.requested, on_spawn=lambda pgid: run.note_process(pgid, "bench"),
             on_tick=lambda t: progress.show(f"{label}: benchmarking {t:.0f}s"))
         if result.returncode != 0 or not json_path.exists():
@@ -336,7 +336,9 @@ def verify_cache_dir(run_dir: Path) -> Path:
     return run_dir / "verify-cache"
 
 
-def _subprocess_env(run: "Run") -> dict:
+def backend_env(run: "Run") -> dict:
+    """Environment for every process that picks or judges a backend (train, verify, bench): they
+    share the run's verdict cache, so train.py's make_vec_env("auto") uses what was verified here."""
     return {"AUTORL_VERIFY_CACHE": str(verify_cache_dir(run.run_dir)), "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONUNBUFFERED": "1"}
 
@@ -358,10 +360,6 @@ def _first_line(text: str) -> str:
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     failing = [line for line in lines if "FAIL" in line]
     return (failing[0] if failing else lines[0] if lines else "")[:240]
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else str(value)
 
 
 PHASES: dict[str, type[Phase]] = {"train": TrainPhase, "translate": TranslatePhase}

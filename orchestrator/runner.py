@@ -208,11 +208,13 @@ def run_train(
     should_stop: Callable[[], bool],
     on_spawn: Callable[[int], None] = lambda pgid: None,
     on_tick: Callable[[float], None] = lambda elapsed: None,
+    extra_env: dict | None = None,
 ) -> TrainResult:
     out_dir.mkdir(parents=True, exist_ok=True)
     env = scrubbed_env({
+        **(extra_env or {}),
         "AUTORL_OUTPUT_DIR": str(out_dir),
-        "AUTORL_TIME_BUDGET": _number(budget_s),
+        "AUTORL_TIME_BUDGET": number_arg(budget_s),
         "AUTORL_SEED": str(seed),
         "AUTORL_ENV_ID": env_id,
         "PYTHONUNBUFFERED": "1",  # a killed run still leaves its log
@@ -225,7 +227,8 @@ def run_train(
                        metrics=parse_summary(text), policy=find_policy(out_dir))
 
 
-def _number(value: float) -> str:
+def number_arg(value: float) -> str:
+    """A number as a command-line argument or environment value: 30, not 30.0."""
     return str(int(value)) if float(value).is_integer() else str(value)
 
 
