@@ -120,11 +120,14 @@ def run_group(
     should_stop: Callable[[], bool],
     on_spawn: Callable[[int], None] = lambda pgid: None,
     on_tick: Callable[[float], None] = lambda elapsed: None,
+    stderr_path: Optional[Path] = None,
 ) -> ProcessResult:
-    """Run `cmd` in a new session, output to `log_path`; kill its group at the timeout or on stop."""
+    """Run `cmd` in a new session, output to `log_path` (stderr too, unless `stderr_path`); kill its
+    group at the timeout, on stop, and when an exception (a stop signal) interrupts the wait."""
     started = time.monotonic()
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
+    with open(log_path, "ab") as log, open(stderr_path or os.devnull, "ab") as err:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log,
+                                stderr=err if stderr_path else subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         pgid = proc.pid  # start_new_session: the child leads its own group
         on_spawn(pgid)

@@ -18,8 +18,6 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
-import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,8 +26,7 @@ import git
 from orchestrator.agents.base import AgentContext, AgentError, Outcome, Proposal
 from orchestrator.agents.errors import AgentConfigError
 from orchestrator.agents.prompt import command_prompt, one_line
-from orchestrator.agents.tools import kill_process_group
-from orchestrator.runner import scrubbed_env
+from orchestrator.runner import run_group, scrubbed_env
 
 log = logging.getLogger(__name__)
 
@@ -80,30 +77,20 @@ class CommandAgent:
         env.update({name: os.environ[name] for name in self.pass_env if name in os.environ})
         stdout_path, stderr_path = exp_dir / "agent.log", exp_dir / "agent.err.log"
         log.info("agent: running %s (timeout %.0f s)", self.template, self.timeout_s)
-        started = time.monotonic()
-        with stdout_path.open("wb") as stdout, stderr_path.open("wb") as stderr:
-            process = subprocess.Popen(
-                ["bash", "-c", command], cwd=ctx.worktree, env=env, stdin=subprocess.DEVNULL,
-                stdout=stdout, stderr=stderr, start_new_session=True,
-            )
-            timed_out = False
-            try:
-                process.wait(timeout=self.timeout_s)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:   # also when the daemon is stopped mid-run: leave no process behind
-                kill_process_group(process)
-        elapsed = time.monotonic() - started
+        # A stop signal raised while the CLI runs still kills its group (run_group's finally).
+        result = run_group(["bash", "-c", command], Path(ctx.worktree), env, stdout_path, self.timeout_s,
+                           should_stop=lambda: False, stderr_path=stderr_path)
+        timed_out = result.timed_out
         output = stdout_path.read_text(errors="replace")
         description, cost = parse_output(output)
-        extra = {"exit_code": process.returncode, "timed_out": timed_out,
-                 "seconds": round(elapsed, 1), "stderr": str(stderr_path)}
+        extra = {"exit_code": result.returncode, "timed_out": timed_out,
+                 "seconds": round(result.wall_s, 1), "stderr": str(stderr_path)}
         if timed_out:
             description = one_line(f"[agent command timed out after {self.timeout_s:.0f} s] "
                                    + (description or ""))
-        elif process.returncode != 0 and not worktree_changed(ctx.worktree):
+        elif result.returncode != 0 and not worktree_changed(ctx.worktree):
             last_error = _last_line(stderr_path.read_text(errors="replace")) or _last_line(output)
-            raise AgentError(f"agent command exited with code {process.returncode} and changed "
+            raise AgentError(f"agent command exited with code {result.returncode} and changed "
                              f"nothing: {last_error or '(no output)'} (see {stderr_path})")
         return Proposal(description=description or "command agent edit (no description given)",
                         cost_usd=cost, transcript=stdout_path, extra=extra)

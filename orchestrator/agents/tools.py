@@ -13,15 +13,12 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import signal
-import subprocess
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
-from orchestrator.runner import scrubbed_env
+from orchestrator.runner import run_group, scrubbed_env
 
 NOTES_NAME = "notes.md"
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".pytest_cache", ".mypy_cache"}
@@ -29,7 +26,6 @@ MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 400
 MAX_OUTPUT_CHARS = 12_000
 DEFAULT_RUN_TIMEOUT_S = 120
-KILL_GRACE_S = 3
 
 
 @dataclass
@@ -194,29 +190,19 @@ class Toolbox:
             # Training output goes outside the repository so it never shows up in the diff.
             self.scratch_dir.mkdir(parents=True, exist_ok=True)
             env.setdefault("AUTORL_OUTPUT_DIR", str(self.scratch_dir))
-        started = time.monotonic()
         # A file, not a pipe: a grandchild that escapes the group cannot keep us waiting for EOF.
-        with tempfile.TemporaryFile() as output:
-            process = subprocess.Popen(
-                ["bash", "-c", command], cwd=self.worktree, env=env, stdin=subprocess.DEVNULL,
-                stdout=output, stderr=subprocess.STDOUT, start_new_session=True,
-            )
-            timed_out = False
-            try:
-                process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:   # also when the daemon is stopped mid-command: leave no process behind
-                kill_process_group(process)
-            output.seek(0)
-            text = output.read().decode(errors="replace")
-        elapsed = time.monotonic() - started
+        # A stop signal raised mid-command still kills the group (run_group's finally).
+        with tempfile.TemporaryDirectory() as scratch:
+            output = Path(scratch) / "run.log"
+            result = run_group(["bash", "-c", command], self.worktree, env, output, timeout,
+                               should_stop=lambda: False)
+            text = output.read_text(errors="replace")
         text = truncate_middle(text, MAX_OUTPUT_CHARS)
-        if timed_out:
+        if result.timed_out:
             return ToolResult(f"timed out after {timeout:.0f} s (process group killed)\n{text}",
                               is_error=True)
-        status = f"exit code {process.returncode} after {elapsed:.1f} s"
-        return ToolResult(f"{status}\n{text}", is_error=process.returncode != 0)
+        status = f"exit code {result.returncode} after {result.wall_s:.1f} s"
+        return ToolResult(f"{status}\n{text}", is_error=result.returncode != 0)
 
     def tool_submit(self, description: str = "") -> ToolResult:
         return ToolResult("submitted; the daemon will now train and score your change.",
@@ -280,25 +266,3 @@ def truncate_middle(text: str, limit: int) -> str:
     head = limit // 4
     tail = limit - head
     return f"{text[:head]}\n[... {len(text) - limit} characters cut ...]\n{text[-tail:]}"
-
-
-def kill_process_group(process: subprocess.Popen, grace_s: float = KILL_GRACE_S) -> None:
-    """SIGTERM the process's group, then SIGKILL what is left after a grace period."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            continue
-        # The leader is gone; members of the group may linger, so still send SIGKILL.
-        if sig is signal.SIGTERM:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        break
-    if process.returncode is None:
-        process.wait()
