@@ -92,11 +92,7 @@ def make_vec_env(env_id: str = ENV_ID, num_envs: int = 8, seed: int = 0, backend
         vec.reset(seed=seed)
         vec.action_space.seed(seed)
         return vec
-    if backend == "envpool":
-        from envs_fast.envpool_backend import EnvpoolVectorEnv
-
-        return EnvpoolVectorEnv(env_id, num_envs, seed)
-    import envs_fast
+    import envs_fast  # envpool and the fast backends share one factory
 
     return envs_fast.make_vec_env(backend, env_id, num_envs, seed)
 
@@ -112,10 +108,9 @@ def _envpool_supports(env_id: str) -> bool:
 def _verified_fast_vec_env(env_id, num_envs, seed):
     try:
         import envs_fast
-    except ImportError:
+    except ImportError:  # the harness copy in a run folder has no envs_fast beside it
         return None
-    finder = getattr(envs_fast, "best_verified_vec_env", None)
-    return finder(env_id, num_envs, seed) if finder else None
+    return envs_fast.best_verified_vec_env(env_id, num_envs, seed)
 
 
 # ---------------------------------------------------------------- the policy artifact

@@ -30,7 +30,7 @@ import numpy as np
 from envs_fast import cache
 from envs_fast.backend import BackendError, FunctionalBackend, check_env_id, load_functional, resolve_spec
 from envs_fast.probes import (ReferenceStepper, Sample, collect_boundary_samples, collect_rollout_samples,
-                              field_names, flat_values, numpy_tree, perturb_float32, probe_actions, scripted_plans)
+                              field_names, flat_values, perturb_float32, probe_actions, scripted_plans)
 from envs_fast.report import LevelReport, Report
 from envs_fast.stats import same_distribution_p, tost
 
@@ -335,7 +335,7 @@ class Verifier:
             return report
         s = self.settings
         report.tolerances = {"observation, reward and state floats": _tolerance_text(s) + f" + {s.sensitivity_factor:g} * sensitivity",
-                             "terminated, integer and bool fields": f"exact, unless the reference itself flips under a float32 rounding of the state",
+                             "terminated, integer and bool fields": "exact, unless the reference itself flips under a float32 rounding of the state",
                              "sensitivity": "how far the reference's outputs move when every state component moves by 8 float32 roundings (2**-20 relative)"}
         stepper = ReferenceStepper(self.env_id, self.functional)
         rng = np.random.default_rng(s.seed)

@@ -146,7 +146,7 @@ def test_make_vec_env_backends_share_spaces_and_autoreset(backend):
     assert envs.single_action_space == reference.action_space
     obs, _ = envs.reset(seed=0)
     assert obs.shape == (4, 4)
-    saw_done = False
+    saw_done, just_done = False, None
     for _ in range(200):  # always-left episodes end within ~10 steps
         obs, reward, terminated, truncated, _ = envs.step(np.zeros(4, dtype=np.int64))
         if saw_done:
