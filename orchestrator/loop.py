@@ -338,8 +338,7 @@ class Run:
         """A translation was kept and the incumbent train.py has not been retrained on it yet."""
         rows = self.rows()
         kept = [i for i, r in enumerate(rows) if r.phase == "translate" and r.status == "keep"]
-        return bool(kept) and not any(r.status in ("baseline", "crash", "timeout") and r.phase == "train"
-                                      for r in rows[kept[-1] + 1:])
+        return bool(kept) and not any(r.phase == "train" and r.status != "interrupted" for r in rows[kept[-1] + 1:])
 
     def run_rebaseline(self, exp: int) -> None:
         """Retrain the best train.py on the new backend so later experiments compare like with like.
@@ -354,12 +353,8 @@ class Run:
         m = phase.measure(self, f"exp {exp} re-baseline", self.config.train_seeds[0], exp_dir)
         commit = self.workspace.short(self.best_commit)
         description = "re-baseline: the best train.py retrained on the newly kept backend"
-        if m.status == "interrupted":
-            self.append(Row(exp=exp, phase=phase.name, status="interrupted", commit=commit, best=self.best_score,
-                            wall_s=time.monotonic() - started, description=f"{description} [{m.note}]"))
-            self.clear_in_flight()
-            return
-        if m.status:
+        note = m.note
+        if m.status in ("crash", "timeout"):  # training fails on the new backend: revert the translation
             translation = [r for r in self.rows() if r.phase == "translate" and r.status == "keep"][-1]
             record = self.exp_dir(translation.exp) / "translate.json"
             previous = json.loads(record.read_text()).get("previous_best") if record.exists() else None
@@ -369,11 +364,11 @@ class Run:
                 self.workspace.reset_to(previous)
             note = f"{m.note}; the translation of exp {translation.exp} is reverted"
             self.last_failure = m.failure
-        else:
+        elif m.status is None:
             self.best_score = m.score
             note = f"was {self._previous_best_text()}"
-        self.append(Row(exp=exp, phase=phase.name, status="baseline" if not m.status else m.status,
-                        commit=commit, score=m.score, best=self.best_score, env_steps=m.env_steps, sps=m.sps,
+        self.append(Row(exp=exp, phase=phase.name, status=m.status or "baseline", commit=commit, score=m.score,
+                        best=self.best_score, env_steps=m.env_steps, sps=m.sps,
                         wall_s=time.monotonic() - started, description=f"{description} [{note}]"))
         self.clear_in_flight()
         log.info("exp %d: re-baseline %s", exp, "score %.3f" % m.score if m.score is not None else m.status)
