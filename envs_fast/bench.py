@@ -26,7 +26,8 @@ import gymnasium as gym
 import numpy as np
 
 from envs_fast import cache
-from envs_fast.backend import BackendError, check_env_id, load_functional, resolve_spec
+from envs_fast.backend import load_functional
+from envs_fast.protocol import BackendError, check_env_id, resolve_spec
 
 DEFAULT_NUM_ENVS = 65536  # JAX backends: large batches amortise the per-step dispatch
 DEFAULT_VECTOR_NUM_ENVS = 64  # envpool/reference: one process, threads per core

@@ -14,10 +14,12 @@ import time
 from importlib import metadata
 from pathlib import Path
 
+from envs_fast.protocol import file_hash, is_file_spec
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 CACHE_ENV_VAR = "AUTORL_VERIFY_CACHE"
 PACKAGES = ("jax", "jaxlib", "gymnasium", "numpy", "scipy", "envpool", "gymnax", "box2d-py", "box2d", "mujoco")
-VERIFIER_SOURCES = ("verify.py", "probes.py", "stats.py", "vector.py", "backend.py", "gymnax_backend.py")
+VERIFIER_SOURCES = ("verify.py", "probes.py", "stats.py", "vector.py", "protocol.py", "backend.py", "gymnax_backend.py")
 
 
 def cache_dir() -> Path:
@@ -60,8 +62,6 @@ def _verifier_hash() -> str:
 
 def backend_identity(spec: str, env_id: str) -> str:
     """Content hash for a file spec; the package version for envpool/gymnax/reference."""
-    from envs_fast.backend import file_hash, is_file_spec
-
     if is_file_spec(spec):
         return "file:" + file_hash(spec)
     package = {"reference": "gymnasium"}.get(spec, spec)

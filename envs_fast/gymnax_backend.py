@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from envs_fast.backend import BackendError, FunctionalBackend
+from envs_fast.protocol import BackendError, FunctionalBackend
 
 # gymnax ids that implement the same environment as the gymnasium id
 GYMNAX_IDS = {

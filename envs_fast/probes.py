@@ -13,7 +13,7 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-from envs_fast.backend import FunctionalBackend
+from envs_fast.protocol import FunctionalBackend
 
 
 SLOW_STEP = 0.05

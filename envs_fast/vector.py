@@ -15,7 +15,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from envs_fast.backend import FunctionalBackend, check_env_id
+from envs_fast.protocol import FunctionalBackend, check_env_id
 
 
 def reference_spaces(env_id: str) -> tuple[gym.Space, gym.Space]:

@@ -28,7 +28,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs_fast import cache
-from envs_fast.backend import BackendError, FunctionalBackend, check_env_id, load_functional, resolve_spec
+from envs_fast.backend import load_functional
+from envs_fast.protocol import BackendError, FunctionalBackend, check_env_id, resolve_spec
 from envs_fast.probes import (ReferenceStepper, Sample, collect_boundary_samples, collect_rollout_samples,
                               field_names, flat_values, perturb_float32, probe_actions, scripted_plans)
 from envs_fast.report import LevelReport, Report

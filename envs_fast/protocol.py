@@ -1,0 +1,77 @@
+"""The backend protocol's vocabulary: names, paths and types that every other envs_fast module shares.
+
+A functional backend is ONE environment as pure JAX functions (see README.md, "The protocol"):
+`reset(key) -> (obs, state)`, `step(key, state, action) -> (obs, state, reward, terminated)`,
+optionally `state_from_reference(env)` / `state_to_reference(state, env)` for step-by-step checks.
+Vector backends (envpool, the gymnasium reference) are `gymnasium.vector.VectorEnv`s instead.
+
+This module imports nothing else from envs_fast, so any module may import it (no import cycles):
+loading a spec lives in `backend.py`, gymnax in `gymnax_backend.py`, backend choice in `__init__.py`.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+PROTOCOL_FUNCTIONS = ("reset", "step", "state_from_reference", "state_to_reference")
+VECTOR_SPECS = ("envpool", "reference")
+TRANSLATION_ALIASES = ("jax", "translation")
+
+
+class BackendError(ValueError):
+    """Bad input: unknown env id or spec, a file that does not import, a protocol function missing."""
+
+
+def slug(env_id: str) -> str:
+    """`CartPole-v1` -> `cartpole_v1`: lowercased, each non-alphanumeric run replaced by `_`."""
+    return re.sub(r"[^0-9a-z]+", "_", env_id.lower())
+
+
+def translation_path(env_id: str, root: str | Path | None = None) -> Path:
+    """Where the translation of `env_id` lives: `<root>/envs_fast/<slug>.py` (root: the repository)."""
+    base = Path(root) / "envs_fast" if root is not None else PACKAGE_DIR
+    return base / f"{slug(env_id)}.py"
+
+
+@dataclass
+class FunctionalBackend:
+    name: str  # what the reports call it: a file path, or "gymnax"
+    env_id: str
+    reset: Callable[[Any], tuple[Any, Any]]
+    step: Callable[[Any, Any, Any], tuple[Any, Any, Any, Any]]
+    state_from_reference: Callable[[Any], Any] | None = None
+    state_to_reference: Callable[[Any, Any], None] | None = None
+    source_hash: str = ""
+
+    @property
+    def syncs_state(self) -> bool:
+        return self.state_from_reference is not None and self.state_to_reference is not None
+
+
+def check_env_id(env_id: str):
+    """The registered gymnasium spec of `env_id`, or a clear BackendError."""
+    import gymnasium as gym
+
+    try:
+        return gym.spec(env_id)
+    except Exception as exc:  # gymnasium raises several error types for unknown/deprecated ids
+        raise BackendError(f"unknown environment id {env_id!r}: {exc}") from None
+
+
+def file_hash(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def resolve_spec(spec: str, env_id: str, root: str | Path | None = None) -> str:
+    """Normalise a SPEC: "jax"/"translation" become the translation file's path."""
+    if spec in TRANSLATION_ALIASES:
+        return str(translation_path(env_id, root))
+    return spec
+
+
+def is_file_spec(spec: str) -> bool:
+    return spec not in VECTOR_SPECS + ("gymnax",) + TRANSLATION_ALIASES
