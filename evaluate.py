@@ -75,15 +75,12 @@ def make_env(env_id: str = ENV_ID, seed: int | None = None) -> gym.Env:
 def make_vec_env(env_id: str = ENV_ID, num_envs: int = 8, seed: int = 0, backend: str = "auto"):
     """A `gymnasium.vector.VectorEnv` over the fastest *verified* backend.
 
-    backend: "auto" (a verified envs_fast translation, else envpool, else gymnasium),
-    "gymnasium", "envpool", or any envs_fast spec (a translation file, "jax", "gymnax").
-    Autoreset follows gymnasium's NEXT_STEP mode on every backend."""
+    backend: "auto" (`envs_fast.choose_backend`: the fastest of a verified envs_fast translation,
+    verified gymnax and envpool, else gymnasium), "gymnasium", "envpool", or any envs_fast spec (a
+    translation file, "jax", "gymnax"). Autoreset follows gymnasium's NEXT_STEP mode on every backend."""
     if backend == "auto":
-        vec = _verified_fast_vec_env(env_id, num_envs, seed)
-        if vec is not None:
-            return vec
-        backend = "envpool" if _envpool_supports(env_id) else "gymnasium"
-    if backend == "gymnasium":
+        backend = _auto_backend(env_id, num_envs)
+    if backend in ("gymnasium", "reference"):
         make_env(env_id)  # fail early and clearly on a bad id
         vec = gym.vector.SyncVectorEnv(
             [lambda: make_env(env_id) for _ in range(num_envs)],
@@ -97,20 +94,22 @@ def make_vec_env(env_id: str = ENV_ID, num_envs: int = 8, seed: int = 0, backend
     return envs_fast.make_vec_env(backend, env_id, num_envs, seed)
 
 
+def _auto_backend(env_id: str, num_envs: int) -> str:
+    """envs_fast's choice. The harness copy in a run folder has no envs_fast beside it: envpool
+    where it has the env, else gymnasium."""
+    try:
+        from envs_fast import choose_backend
+    except ImportError:
+        return "envpool" if _envpool_supports(env_id) else "gymnasium"
+    return choose_backend(env_id, num_envs)
+
+
 def _envpool_supports(env_id: str) -> bool:
     try:
         from envs_fast.envpool_backend import envpool_supports
     except ImportError:
         return False
     return envpool_supports(env_id)
-
-
-def _verified_fast_vec_env(env_id, num_envs, seed):
-    try:
-        import envs_fast
-    except ImportError:  # the harness copy in a run folder has no envs_fast beside it
-        return None
-    return envs_fast.best_verified_vec_env(env_id, num_envs, seed)
 
 
 # ---------------------------------------------------------------- the policy artifact

@@ -1,7 +1,9 @@
 """envs_fast: fast vectorised backends of gymnasium environments, their verification and benchmark.
 
 - `make_vec_env(spec, env_id, num_envs, seed)`: any backend as a `gymnasium.vector.VectorEnv`.
-- `best_verified_vec_env(env_id, num_envs, seed)`: the fastest backend with a cached passing verdict.
+- `choose_backend(env_id, num_envs)`: the spec of the fastest verified backend (what "auto" uses).
+- `incumbent_backend(env_id, num_envs, kept_translation)`: the same choice as it stood before a
+  translate experiment, for the translate phase to benchmark against.
 - `python -m envs_fast.verify ...`, `python -m envs_fast.bench ...` (also via `python -m orchestrator`).
 See README.md in this directory for the backend protocol.
 """
@@ -9,15 +11,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs_fast.backend import BackendError, slug, translation_path
+from envs_fast.protocol import BackendError, slug, translation_path
 
-__all__ = ["BackendError", "slug", "make_vec_env", "best_verified_vec_env", "translation_path", "supported_specs"]
+__all__ = ["BackendError", "slug", "make_vec_env", "choose_backend", "incumbent_backend", "translation_path"]
 
 
 def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None, root: str | Path | None = None):
     """A `gymnasium.vector.VectorEnv` over the backend SPEC: a translation file path, "jax" or
     "translation" (meaning `envs_fast/<slug>.py`), "envpool", "gymnax" or "reference"."""
-    from envs_fast.backend import check_env_id, load_functional
+    from envs_fast.backend import load_functional
+    from envs_fast.protocol import check_env_id
 
     check_env_id(env_id)
     if spec == "envpool":
@@ -38,42 +41,62 @@ def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None,
     return JaxVectorEnv(load_functional(spec, env_id, root), num_envs, seed)
 
 
-def supported_specs(env_id: str, root: str | Path | None = None) -> list[str]:
-    """Backends that exist for `env_id`, fastest kind first: the translation, gymnax, envpool."""
+def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None) -> str:
+    """Which backend is fastest for `env_id` at `num_envs` envs among those that may train: the spec
+    `make_vec_env(backend="auto")` uses (a translation file path, "gymnax", "envpool" or "reference").
+
+    Candidates, in the default order:
+      1. the translation `<root>/envs_fast/<slug>.py` (root: this repository), if its cached verdict
+         for its current content passes;
+      2. "gymnax", if gymnax has the env and its cached verdict passes;
+      3. "envpool", if envpool is installed and has the env: trusted without a verdict (as the
+         default backend it has always been), unless a cached verdict says it fails.
+    The candidate with the highest adapter throughput cached by `bench` at the num_envs nearest to
+    `num_envs` wins; one never benchmarked counts as slower than any benchmarked one, and ties (or
+    no figures at all) keep the default order. No candidate: "reference" (gymnasium's vector env).
+
+    Nothing is verified or measured here, only cached records are read: cheap enough to call when
+    every training run starts. Unknown env ids are not checked here (they have no candidates).
+    """
+    return _fastest(env_id, num_envs, translation_path(env_id, root), trust_translation=False)
+
+
+def incumbent_backend(env_id: str, num_envs: int, kept_translation: str | Path | None = None) -> str:
+    """What `choose_backend` answered before a translate experiment changed the translation file.
+
+    `kept_translation` is a copy of the translation as last kept (the best commit's file), or None
+    when no translation has been kept; the file in the repository is ignored, since the experiment
+    has just overwritten it. The kept translation counts without a cached verdict (it was verified
+    when it was kept); gymnax and envpool count as in `choose_backend`, and the fastest wins.
+    """
+    return _fastest(env_id, num_envs, Path(kept_translation) if kept_translation else None, trust_translation=True)
+
+
+def _fastest(env_id: str, num_envs: int, translation: Path | None, trust_translation: bool) -> str:
+    from envs_fast import cache
     from envs_fast.gymnax_backend import gymnax_supports
 
-    specs = []
-    path = translation_path(env_id, root)
-    if path.is_file():
-        specs.append(str(path))
-    if gymnax_supports(env_id):
-        specs.append("gymnax")
+    def verdict(spec: str) -> bool | None:
+        record = cache.cached_verdict(spec, env_id)
+        return None if record is None else bool(record.get("passed"))
+
+    candidates = []  # in the default order
+    if translation is not None and translation.is_file() and (trust_translation or verdict(str(translation))):
+        candidates.append(str(translation))
+    if gymnax_supports(env_id) and verdict("gymnax"):
+        candidates.append("gymnax")
+    if _envpool_supports(env_id) and verdict("envpool") is not False:
+        candidates.append("envpool")
+    if not candidates:
+        return "reference"
+    ranked = [(-(cache.cached_throughput(spec, env_id, num_envs) or 0.0), order, spec)
+              for order, spec in enumerate(candidates)]
+    return min(ranked)[2]
+
+
+def _envpool_supports(env_id: str) -> bool:
     try:
         from envs_fast.envpool_backend import envpool_supports
-
-        if envpool_supports(env_id):
-            specs.append("envpool")
     except ImportError:
-        pass
-    return specs
-
-
-def best_verified_vec_env(env_id: str, num_envs: int, seed: int | None = None, root: str | Path | None = None):
-    """The fastest backend whose passing verdict is cached for its current content, or None.
-
-    Speed is the adapter SPS cached by `bench` at the nearest num_envs; backends never benchmarked
-    keep the default order (translation, gymnax, envpool). Nothing is verified here: only cached
-    verdicts count, so this is cheap enough to call when every training run starts.
-    """
-    from envs_fast import cache
-
-    verified = []
-    for order, spec in enumerate(supported_specs(env_id, root)):
-        verdict = cache.cached_verdict(spec, env_id)
-        if verdict and verdict.get("passed"):
-            sps = cache.cached_throughput(spec, env_id, num_envs)
-            verified.append((-(sps or 0.0), order, spec))
-    if not verified:
-        return None
-    _, _, spec = min(verified)
-    return make_vec_env(spec, env_id, num_envs, seed, root)
+        return False
+    return envpool_supports(env_id)

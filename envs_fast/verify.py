@@ -803,7 +803,7 @@ def verify(env_id: str, spec: str, levels=(1, 2, 3), settings: Settings | None =
     """Verify backend SPEC for `env_id` at the given levels and return the report.
 
     Raises BackendError for bad input (unknown env id, file that does not import, protocol function
-    missing). A passing verdict over at least L1-L3 is cached for `best_verified_vec_env`.
+    missing). A passing verdict over at least L1-L3 is cached for `envs_fast.choose_backend`.
     """
     settings = settings or Settings()
     levels = sorted(set(int(level) for level in levels))

@@ -1,6 +1,5 @@
-"""The VectorEnv adapter over JAX backends, backend selection, the verdict cache and the benchmark."""
+"""The VectorEnv adapter over JAX backends, the verdict cache and the benchmark (backend choice: test_envs_fast_choose.py)."""
 import json
-import shutil
 from pathlib import Path
 
 import gymnasium as gym
@@ -14,11 +13,8 @@ import envs_fast
 from envs_fast import cache
 from envs_fast.backend import BackendError
 from envs_fast.bench import bench, main as bench_main
-from envs_fast.vector import JaxVectorEnv
-from envs_fast.verify import Settings, verify
 
 REPO = Path(__file__).resolve().parent.parent
-QUICK = Settings(reset_samples=300, l2_target=600, l3_trajectories=8, rollout_steps=120)
 
 
 @pytest.fixture(autouse=True)
@@ -137,31 +133,6 @@ def test_make_vec_env_specs():
         venv.reset()
         venv.step(np.array([0, 2]))
     assert envs_fast.slug("CartPole-v1") == "cartpole_v1" and envs_fast.slug("ALE/Pong-v5") == "ale_pong_v5"
-
-
-def test_best_verified_vec_env_uses_only_cached_passing_verdicts_for_the_current_content(tmp_path):
-    root = tmp_path / "repo"
-    (root / "envs_fast").mkdir(parents=True)
-    translation = root / "envs_fast" / "cartpole_v1.py"
-    shutil.copy(REPO / "envs_fast" / "cartpole_v1.py", translation)
-    assert envs_fast.best_verified_vec_env("CartPole-v1", 4, 0, root=root) is None
-
-    assert verify("CartPole-v1", "jax", (1, 2, 3), QUICK, root=root).passed
-    venv = envs_fast.best_verified_vec_env("CartPole-v1", 4, 0, root=root)
-    assert isinstance(venv, JaxVectorEnv) and venv.backend.name == str(translation) and venv.num_envs == 4
-
-    # another verified backend that the benchmark found faster wins
-    cache.store_verdict("gymnax", "CartPole-v1", [1, 2, 3], True, "test verdict")
-    cache.store_throughput("gymnax", "CartPole-v1", 4, 2e6)
-    cache.store_throughput(str(translation), "CartPole-v1", 4, 1e6)
-    assert envs_fast.best_verified_vec_env("CartPole-v1", 4, 0, root=root).backend.name == "gymnax"
-    cache.store_verdict("gymnax", "CartPole-v1", [1, 2, 3], False, "test verdict")
-
-    # an edited translation is no longer verified; a failing one never is
-    translation.write_text(translation.read_text().replace("X_THRESHOLD = 2.4\n", "X_THRESHOLD = 2.5\n"))
-    assert envs_fast.best_verified_vec_env("CartPole-v1", 4, 0, root=root) is None
-    assert not verify("CartPole-v1", "jax", (1, 2, 3), QUICK, root=root).passed
-    assert envs_fast.best_verified_vec_env("CartPole-v1", 4, 0, root=root) is None
 
 
 def test_bench_reports_backend_reference_and_adapter_throughput(tmp_path):

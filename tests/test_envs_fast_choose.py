@@ -1,0 +1,161 @@
+"""envs_fast.choose_backend: the one answer to "which verified backend trains this env at this env count",
+read from real cached verdicts and throughput figures (a private cache per test)."""
+import ast
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import envs_fast
+import evaluate
+from envs_fast import cache
+from envs_fast.envpool_backend import EnvpoolVectorEnv
+from envs_fast.vector import JaxVectorEnv
+from envs_fast.verify import Settings, verify
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED = REPO / "envs_fast" / "cartpole_v1.py"
+QUICK = Settings(reset_samples=300, l2_target=600, l3_trajectories=8, rollout_steps=120)
+ENV = "CartPole-v1"  # envpool has it, gymnax has it, a translation ships for it
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def root(tmp_path):
+    """A repository root whose envs_fast/ holds a copy of the shipped CartPole translation."""
+    root = tmp_path / "repo"
+    (root / "envs_fast").mkdir(parents=True)
+    shutil.copy(SHIPPED, root / "envs_fast" / "cartpole_v1.py")
+    return root
+
+
+def passes(spec):
+    cache.store_verdict(str(spec), ENV, [1, 2, 3], True, "test verdict")
+
+
+def test_only_a_translation_verified_for_its_current_content_is_chosen(root):
+    translation = root / "envs_fast" / "cartpole_v1.py"
+    assert envs_fast.choose_backend(ENV, 8, root=root) == "envpool"  # unverified: envpool, the default
+
+    assert verify(ENV, "jax", (1, 2, 3), QUICK, root=root).passed
+    assert envs_fast.choose_backend(ENV, 8, root=root) == str(translation)  # neither benchmarked: default order
+
+    # an edited translation is no longer verified; a failing one never is
+    translation.write_text(translation.read_text().replace("X_THRESHOLD = 2.4\n", "X_THRESHOLD = 2.5\n"))
+    assert envs_fast.choose_backend(ENV, 8, root=root) == "envpool"
+    assert not verify(ENV, "jax", (1, 2, 3), QUICK, root=root).passed
+    assert envs_fast.choose_backend(ENV, 8, root=root) == "envpool"
+
+
+def test_the_fastest_at_the_nearest_measured_env_count_wins(root):
+    translation = str(root / "envs_fast" / "cartpole_v1.py")
+    passes(translation)
+    cache.store_throughput("envpool", ENV, 8, 300_000)  # benchmarked beats never benchmarked
+    assert envs_fast.choose_backend(ENV, 8, root=root) == "envpool"
+
+    # JAX dispatch costs dominate at few envs; the batch wins at many
+    cache.store_throughput(translation, ENV, 8, 60_000)
+    cache.store_throughput(translation, ENV, 1024, 5_000_000)
+    cache.store_throughput("envpool", ENV, 1024, 900_000)
+    assert envs_fast.choose_backend(ENV, 8, root=root) == "envpool"
+    assert envs_fast.choose_backend(ENV, 2, root=root) == "envpool"
+    assert envs_fast.choose_backend(ENV, 1024, root=root) == translation
+    assert envs_fast.choose_backend(ENV, 4096, root=root) == translation
+
+    # gymnax counts only once verified; then the faster one wins
+    cache.store_throughput("gymnax", ENV, 1024, 9_000_000)
+    assert envs_fast.choose_backend(ENV, 1024, root=root) == translation
+    passes("gymnax")
+    assert envs_fast.choose_backend(ENV, 1024, root=root) == "gymnax"
+
+
+def test_reference_when_no_backend_is_verified_or_available(tmp_path):
+    import tests.endless_env  # noqa: F401  registers Endless-v0, which envpool and gymnax lack
+
+    assert envs_fast.choose_backend("Endless-v0", 8) == "reference"
+    assert envs_fast.choose_backend("tests.endless_env:Endless-v0", 8) == "reference"
+    # envpool is trusted unless a cached verdict says it fails
+    no_translation = tmp_path / "empty"
+    assert envs_fast.choose_backend(ENV, 8, root=no_translation) == "envpool"
+    cache.store_verdict("envpool", ENV, [1, 2, 3], False, "test verdict")
+    assert envs_fast.choose_backend(ENV, 8, root=no_translation) == "reference"
+
+
+def test_incumbent_is_the_kept_translation_not_the_file_just_rewritten(tmp_path):
+    passes(SHIPPED)  # the repository's file: verified, but the experiment has just rewritten it
+    assert envs_fast.choose_backend(ENV, 8) == str(SHIPPED)
+    assert envs_fast.incumbent_backend(ENV, 8, None) == "envpool"
+
+    kept = tmp_path / "exp-0003" / "incumbent_cartpole_v1.py"  # the best commit's file, no verdict here
+    kept.parent.mkdir()
+    kept.write_text(SHIPPED.read_text() + "\n# kept\n")
+    assert envs_fast.incumbent_backend(ENV, 8, kept) == str(kept)  # trusted as kept
+    cache.store_throughput(str(kept), ENV, 8, 50_000)
+    cache.store_throughput("envpool", ENV, 8, 300_000)
+    assert envs_fast.incumbent_backend(ENV, 8, kept) == "envpool"
+    assert envs_fast.choose_backend(ENV, 8, root=tmp_path / "empty") == "envpool"
+
+
+def test_evaluate_auto_trains_on_the_chosen_backend():
+    venv = evaluate.make_vec_env(ENV, 4, 0)
+    assert isinstance(venv, EnvpoolVectorEnv)
+    venv.close()
+    passes(SHIPPED)
+    venv = evaluate.make_vec_env(ENV, 4, 0)
+    assert isinstance(venv, JaxVectorEnv) and venv.backend.name == str(SHIPPED)
+    venv = evaluate.make_vec_env("tests.endless_env:Endless-v0", 2, 0)  # "reference": the harness's own
+    assert isinstance(venv, gym.vector.SyncVectorEnv)
+    assert venv.envs[0].spec.max_episode_steps == evaluate.MAX_EPISODE_STEPS
+    venv.close()
+
+
+def test_harness_copy_without_envs_fast_falls_back_to_gymnasium(tmp_path):
+    shutil.copy(REPO / "evaluate.py", tmp_path / "evaluate.py")
+    proc = subprocess.run([sys.executable, "-c", "import evaluate; print(type(evaluate.make_vec_env('CartPole-v1', 2, 0)).__name__)"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "SyncVectorEnv"
+
+
+def _envs_fast_imports(path: Path, modules: set[str]) -> set[str]:
+    """The envs_fast modules `path` imports anywhere (top level or inside functions)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for name in names:
+            if name.startswith("envs_fast."):
+                found.add(name.split(".")[1])
+            elif name == "envs_fast" and isinstance(node, ast.ImportFrom) and not any(
+                    f"{node.module}.{alias.name}".split(".")[1] in modules for alias in node.names):
+                found.add("__init__")
+    return found & modules
+
+
+def test_envs_fast_modules_import_each_other_without_cycles():
+    package = REPO / "envs_fast"
+    modules = {path.stem for path in package.glob("*.py")}
+    graph = {name: _envs_fast_imports(package / f"{name}.py", modules) - {name} for name in modules}
+    assert "backend" not in graph["gymnax_backend"] and graph["protocol"] == set()
+
+    def visit(name, stack):
+        assert name not in stack, f"import cycle: {' -> '.join(stack + [name])}"
+        for dependency in graph[name]:
+            visit(dependency, stack + [name])
+
+    for name in modules:
+        visit(name, [])
+    for module in ("envs_fast.gymnax_backend", "envs_fast.backend", "envs_fast.protocol"):
+        proc = subprocess.run([sys.executable, "-c", f"import {module}"], cwd=REPO, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
