@@ -2,8 +2,6 @@
 
 - `make_vec_env(spec, env_id, num_envs, seed)`: any backend as a `gymnasium.vector.VectorEnv`.
 - `choose_backend(env_id, num_envs)`: the spec of the fastest verified backend (what "auto" uses).
-- `incumbent_backend(env_id, num_envs, kept_translation)`: the same choice as it stood before a
-  translate experiment, for the translate phase to benchmark against.
 - `python -m envs_fast.verify ...`, `python -m envs_fast.bench ...` (also via `python -m orchestrator`).
 See README.md in this directory for the backend protocol.
 """
@@ -13,7 +11,7 @@ from pathlib import Path
 
 from envs_fast.protocol import BackendError, slug, translation_path
 
-__all__ = ["BackendError", "slug", "make_vec_env", "choose_backend", "incumbent_backend", "translation_path"]
+__all__ = ["BackendError", "slug", "make_vec_env", "choose_backend", "translation_path"]
 
 
 def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None, root: str | Path | None = None):
@@ -58,21 +56,10 @@ def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None) -
     Nothing is verified or measured here, only cached records are read: cheap enough to call when
     every training run starts. Unknown env ids are not checked here (they have no candidates).
     """
-    return _fastest(env_id, num_envs, translation_path(env_id, root), trust_translation=False)
+    return _fastest(env_id, num_envs, translation_path(env_id, root))
 
 
-def incumbent_backend(env_id: str, num_envs: int, kept_translation: str | Path | None = None) -> str:
-    """What `choose_backend` answered before a translate experiment changed the translation file.
-
-    `kept_translation` is a copy of the translation as last kept (the best commit's file), or None
-    when no translation has been kept; the file in the repository is ignored, since the experiment
-    has just overwritten it. The kept translation counts without a cached verdict (it was verified
-    when it was kept); gymnax and envpool count as in `choose_backend`, and the fastest wins.
-    """
-    return _fastest(env_id, num_envs, Path(kept_translation) if kept_translation else None, trust_translation=True)
-
-
-def _fastest(env_id: str, num_envs: int, translation: Path | None, trust_translation: bool) -> str:
+def _fastest(env_id: str, num_envs: int, translation: Path) -> str:
     from envs_fast import cache
     from envs_fast.gymnax_backend import gymnax_supports
 
@@ -81,7 +68,7 @@ def _fastest(env_id: str, num_envs: int, translation: Path | None, trust_transla
         return None if record is None else bool(record.get("passed"))
 
     candidates = []  # in the default order
-    if translation is not None and translation.is_file() and (trust_translation or verdict(str(translation))):
+    if translation.is_file() and verdict(str(translation)):
         candidates.append(str(translation))
     if gymnax_supports(env_id) and verdict("gymnax"):
         candidates.append("gymnax")

@@ -190,8 +190,12 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
     from envs_fast import make_vec_env
 
     check_env_id(env_id)
-    spec = resolve_spec(spec, env_id, root)
     adapter_num_envs = adapter_num_envs or train_num_envs()
+    if spec == "auto":  # what make_vec_env(backend="auto") trains on in this checkout
+        from envs_fast import choose_backend
+
+        spec = choose_backend(env_id, adapter_num_envs, root)
+    spec = resolve_spec(spec, env_id, root)
     vector_backend = spec in ("envpool", "reference")
     num_envs = num_envs or (DEFAULT_VECTOR_NUM_ENVS if vector_backend else DEFAULT_NUM_ENVS)
     with warnings.catch_warnings():
@@ -235,7 +239,8 @@ def format_result(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench", description="Steps per second of a backend and its reference.")
     parser.add_argument("--env", required=True)
-    parser.add_argument("--backend", required=True, help="translation file path, jax/translation, envpool, gymnax or reference")
+    parser.add_argument("--backend", required=True, help="translation file path, jax/translation, envpool, gymnax, reference, or auto "
+                             "(what make_vec_env(backend='auto') would train on here)")
     parser.add_argument("--num-envs", type=int, default=None,
                         help=f"envs for the backend figure (default {DEFAULT_NUM_ENVS} for JAX backends, "
                              f"{DEFAULT_VECTOR_NUM_ENVS} for envpool/reference)")

@@ -1,4 +1,4 @@
-"""Argument parsing only: `python -m orchestrator run|status|stop|verify|bench ...`."""
+"""Argument parsing only: `python -m orchestrator run|status|stop|pull|verify|bench ...`."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .agents import AGENT_KINDS
+from .agents import AGENT_KINDS, add_agent_arguments
 
 USAGE_EXAMPLE = "python -m orchestrator run --env CartPole-v1 --budget 30 --max-experiments 3"
 
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m orchestrator",
         description="autorl: an overnight autoresearch daemon for reinforcement learning.",
         epilog=f"first run: {USAGE_EXAMPLE}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,status,stop,verify,bench}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,status,stop,pull,verify,bench}")
 
     run = sub.add_parser("run", help="start (or --resume) a run; loops until a limit or `stop`",
                          description="Train, score with the fixed harness, keep or revert, repeat.")
@@ -56,7 +56,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tag", help="run name (default: <env slug>-<mon><day>, e.g. bipedalwalker_v3-nov21)")
     run.add_argument("--agent", choices=AGENT_KINDS,
                      help="default: anthropic when ANTHROPIC_API_KEY is set, else optuna (offline)")
-    run.add_argument("--replay-dir", metavar="DIR", help="replay agent: folders DIR/001/, DIR/002/, ...")
     run.add_argument("--budget", dest="budget_s", type=_positive_float, metavar="SECONDS",
                      help="training wall-clock budget per experiment (default: evaluate.TIME_BUDGET)")
     run.add_argument("--max-experiments", type=_non_negative_int, metavar="N",
@@ -66,18 +65,17 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-cost", type=_positive_float, metavar="USD",
                      help="stop once the run's agent cost reaches this")
     run.add_argument("--resume", action="store_true", help="continue an existing run (after a stop or crash)")
-    llm = run.add_argument_group("LLM agents")
-    # Defaults live in the agents (None here), so a --resume can tell what was given.
-    llm.add_argument("--model", help="anthropic model (default: the agent's current default, see README)")
-    llm.add_argument("--max-turns", type=_positive_int, help="tool-use turns per experiment (default 40)")
-    llm.add_argument("--agent-cmd", metavar="TEMPLATE",
-                     help="command agent: shell template with {prompt_file} or {prompt}")
-    llm.add_argument("--agent-timeout", type=_positive_float, metavar="SECONDS",
-                     help="command agent: time limit per experiment (default 1800)")
-    llm.add_argument("--price-table", metavar="FILE.json", help="USD per million tokens, per model")
-    opt = run.add_argument_group("optuna agent")
-    opt.add_argument("--optuna-params", metavar="NAME,NAME",
-                     help="tune only these constants of the hyperparameter block (default: all numeric)")
+    where = run.add_argument_group("where experiments run")
+    where.add_argument("--runner", choices=("local", "modal"),
+                       help="local process groups (default) or Modal containers (needs `modal token new`)")
+    where.add_argument("--parallel", type=_positive_int, metavar="K",
+                       help="train K candidates at once per round, from the same best commit (default 1)")
+    where.add_argument("--modal-gpu", metavar="GPU", help="modal: GPU of a training container (default H100)")
+    where.add_argument("--modal-cpu", type=_positive_float, metavar="CORES",
+                       help="modal: CPU cores of a training container, for env stepping (default 8)")
+    where.add_argument("--modal-price-table", metavar="FILE.json",
+                       help="modal: USD per second per GPU type and per CPU core (default: built-in table)")
+    add_agent_arguments(run)
     phases = run.add_argument_group("phases")
     phases.add_argument("--phases", help="phases to run: translate,train (default for the anthropic and command "
                                          "agents), train (optuna); replay follows its folders' files")
@@ -111,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how long to wait for the daemon to finish (default %(default)s)")
     stop.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
 
+    pull = sub.add_parser("pull", help="bring a night run on Modal home: results/<tag>/ and its branch")
+    pull.add_argument("--tag", required=True, help="the run's tag")
+    pull.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
+
     sub.add_parser("verify", help="verify a fast env backend (see `verify --help`)", add_help=False)
     sub.add_parser("bench", help="benchmark env backends (see `bench --help`)", add_help=False)
     return parser
@@ -125,6 +127,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _run(args)
     if args.command == "status":
         return _status(args)
+    if args.command == "pull":
+        return _pull(args)
     return _stop(args)
 
 
@@ -144,7 +148,8 @@ def _delegate(command: str, argv: list[str]) -> int:
 
 def _run(args) -> int:
     from .agents import make_agent
-    from .loop import Limits, Options, RunError, parse_until, start
+    from .config import Limits, Options, RunError, parse_until
+    from .setup import start
     from .workspace import WorkspaceError
 
     try:
@@ -161,11 +166,31 @@ def _run(args) -> int:
             eval_workers=args.eval_workers, phases=args.phases, schedule=args.schedule, limits=limits,
             repair_rounds=args.repair_rounds, target_speedup=args.target_speedup,
             translate_patience=args.translate_patience, bench_seconds=args.bench_seconds,
+            runner=args.runner, parallel=args.parallel, runner_options=_runner_options(args),
             repo=args.repo, agent_args=args)
         return start(options, make_agent, dict(os.environ))
     except (RunError, WorkspaceError) as exc:
         print(f"autorl: error: {exc}", file=sys.stderr)
         return 1
+
+
+def _runner_options(args) -> dict:
+    given = {"gpu": args.modal_gpu, "cpu": args.modal_cpu,
+             "price_table": str(Path(args.modal_price_table).resolve()) if args.modal_price_table else None}
+    return {name: value for name, value in given.items() if value is not None}
+
+
+def _pull(args) -> int:
+    from .pull import PullError, pull
+    from .workspace import WorkspaceError, repo_root
+
+    try:
+        path = pull(args.tag, repo_root(args.repo or Path.cwd()))
+    except (PullError, WorkspaceError) as exc:
+        print(f"autorl: error: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.tag}: results in {path}; branch autorl/{args.tag} fetched")
+    return 0
 
 
 def _results_root(args) -> Path:

@@ -1,49 +1,34 @@
-"""Kinds of experiment. A phase says which paths the agent may change and how a committed
-proposal is run, scored and judged.
+"""Kinds of experiment, and what each must show to be kept. Phases judge; they run nothing
+themselves (a Runner does) and never call back into the loop.
 
-The loop does what every phase shares: ask the agent, check the change (non-empty, allowed
-paths, compiles), commit, then hand the commit to `phase.execute(run, exp, exp_dir, commit)`,
-and finally keep the commit or file it under refs/autorl/<tag>/exp-NNNN according to the
-returned Verdict (keep moves run.best_score/best_commit to the verdict's score and commit).
-
-A new phase (translate) subclasses Phase and registers itself in PHASES. What it can use:
-- `allowed_paths(run)` (glob patterns allowed) and `wants_turn(run)` (False: the schedule skips it);
-- inside execute: `run.context(exp, self, exp_dir, repair_round=K)` + `run.propose(ctx)` for a
-  repair round, `run.workspace.changed_paths/commit/diff`, `self.check(run, changed)`;
-- `TrainPhase().measure(run, label, seed, exp_dir)` to retrain the incumbent (a re-baseline),
-  `run.append(Row(...))` for an extra row, `run.stop.requested()` to notice a stop;
-- a Verdict's `sps` and `note` fill the row's sps and the bracketed reason in its description.
+- `TrainPhase.judge_round`: K candidates of one round, each measured once; the best that beats
+  the incumbent is kept (a win inside the noise is confirmed with a second seed first).
+- `TranslatePhase.execute`: verify a translation (repair rounds from the verifier's report,
+  through a `repair` function the loop supplies), benchmark it against the backend training
+  uses now, keep it when verified and faster.
 """
 from __future__ import annotations
 
 import json
-import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Callable, Optional
 
-from envs_fast.backend import slug
+from envs_fast.protocol import slug
 
-from . import runner
-from .agents.base import NoMoreProposals
-from .daemon import StopRequested, log, progress
+from .artifacts import TRAIN_SCRIPT
+from .daemon import log
+from .results import RunFolder, Row
+from .runners.base import Measurement, Runner, Slot
 from .workspace import compile_errors, disallowed
-
-if TYPE_CHECKING:
-    from .loop import Run
 
 
 @dataclass
-class Measurement:
-    """One train run scored by the trusted harness (status None when it went through)."""
-    status: Optional[str] = None          # crash / timeout / invalid / interrupted, else None
-    score: Optional[float] = None
-    env_steps: Optional[int] = None
-    sps: Optional[float] = None
-    wall_s: float = 0.0
-    note: str = ""                        # why, for the description column
-    failure: Optional[str] = None         # what the agent gets next time (log tail, report)
+class Incumbent:
+    """The best so far: what a candidate must beat."""
+    score: Optional[float]
+    commit: str
+    noise: float                          # seed-to-seed noise of the score
 
 
 @dataclass
@@ -52,32 +37,38 @@ class Verdict:
     score: Optional[float] = None
     env_steps: Optional[int] = None
     sps: Optional[float] = None
-    note: str = ""
-    failure: Optional[str] = None
-    extra: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+    compute_usd: float = 0.0              # runner compute (Modal), added to the row's cost
+    note: str = ""                        # the bracketed reason in the description
+    failure: Optional[str] = None         # what the agent is shown next time
+    commit: Optional[str] = None          # the final commit when repair rounds made new ones
+    agent_cost_usd: float = 0.0           # repair rounds' agent cost
+
+
+def verdict_of(m: Measurement, status: str, note: str = "") -> Verdict:
+    return Verdict(status, score=m.score, env_steps=m.env_steps, sps=m.sps, wall_s=m.wall_s,
+                   compute_usd=m.compute_usd, note=note or m.note, failure=m.failure)
 
 
 class Phase:
     name = "phase"
 
-    def allowed_paths(self, run: "Run") -> list[str]:
+    def allowed_paths(self, env_id: str) -> list[str]:
         raise NotImplementedError
 
-    def wants_turn(self, run: "Run") -> bool:
+    def wants_turn(self, rows: list[Row], folder: RunFolder, target_speedup: float, patience: int) -> bool:
         """False once this phase has nothing left to do (the schedule then skips it)."""
         return True
 
-    def check(self, run: "Run", changed: list[str]) -> Optional[str]:
+    def check(self, worktree: Path, env_id: str, changed: list[str]) -> Optional[str]:
         """Why the change may not be run (None when it may)."""
         if not changed:
             return "no change"
-        outside = disallowed(changed, self.allowed_paths(run))
+        allowed = self.allowed_paths(env_id)
+        outside = disallowed(changed, allowed)
         if outside:
-            return f"changed paths outside {', '.join(self.allowed_paths(run))}: {', '.join(outside)}"
-        return compile_errors(run.workspace.path, changed)
-
-    def execute(self, run: "Run", exp: int, exp_dir: Path, commit: str) -> Verdict:
-        raise NotImplementedError
+            return f"changed paths outside {', '.join(allowed)}: {', '.join(outside)}"
+        return compile_errors(worktree, changed)
 
 
 class TrainPhase(Phase):
@@ -85,111 +76,75 @@ class TrainPhase(Phase):
 
     name = "train"
 
-    def allowed_paths(self, run: "Run") -> list[str]:
-        return [runner.TRAIN_SCRIPT]
+    def allowed_paths(self, env_id: str) -> list[str]:
+        return [TRAIN_SCRIPT]
 
-    def measure(self, run: "Run", label: str, seed: int, exp_dir: Path) -> Measurement:
-        """Train once with `seed` in exp_dir and score the artifact with the trusted harness."""
-        exp_dir.mkdir(parents=True, exist_ok=True)
-        for stale in ("train.log", "eval.json", "eval.log"):  # a retried attempt starts clean
-            (exp_dir / stale).unlink(missing_ok=True)
-        shutil.rmtree(exp_dir / "out", ignore_errors=True)
-        cfg = run.config
-        log_path = exp_dir / "train.log"
-        log.info("%s: training %s with seed %d for %ss", label, runner.TRAIN_SCRIPT, seed, cfg.budget_s)
-        train = runner.run_train(
-            run.workspace.path, exp_dir / "out", log_path, cfg.env_id, cfg.budget_s, seed,
-            cfg.grace_s, run.stop.requested,
-            on_spawn=lambda pgid: run.note_process(pgid, "train"),
-            on_tick=lambda t: progress.show(f"{label}: training {t:.0f}/{cfg.budget_s:.0f}s"),
-            extra_env=backend_env(run),
-        )
-        m = Measurement(env_steps=_int(train.metrics.get("env_steps")),
-                        sps=_float(train.metrics.get("sps")), wall_s=train.wall_s)
-        tail = runner.log_tail(log_path)
-        if train.interrupted:
-            m.status, m.note = "interrupted", "stopped during training"
-        elif train.timed_out:
-            m.status, m.failure = "timeout", tail
-            m.note = f"killed at {cfg.budget_s + cfg.grace_s:.0f}s (budget {cfg.budget_s:.0f}s + grace {cfg.grace_s:.0f}s)"
-        elif train.returncode != 0:
-            m.status, m.failure = "crash", tail
-            m.note = f"train.py exited with {train.returncode}: {_last_line(tail)}"
-        elif train.policy is None:
-            m.status, m.failure = "crash", tail
-            m.note = "no policy.pt in AUTORL_OUTPUT_DIR"
-        if m.status:
-            return m
-        log.info("%s: trained (%s env steps, %s sps); evaluating with the trusted harness",
-                 label, m.env_steps, m.sps)
-        evaluation = run.evaluate(train.policy, exp_dir, label)
-        m.wall_s += evaluation.wall_s
-        if evaluation.tampered:
-            m.status, m.note = "invalid", evaluation.error
-        elif evaluation.interrupted:
-            m.status, m.note = "interrupted", "stopped during evaluation"
-        elif not evaluation.ok:
-            m.status = "timeout" if evaluation.timed_out else "crash"
-            m.note = f"evaluation failed: {evaluation.error}"
-            m.failure = f"{m.note}\n--- train.log tail ---\n{tail}"
-        else:
-            m.score = evaluation.score
-            log.info("%s: score %.3f (se %.3f over %d episodes)", label, m.score,
-                     evaluation.result.get("se", float("nan")), evaluation.result.get("episodes", 0))
-        return m
+    def judge_round(self, measured: list[Measurement], incumbent: Incumbent,
+                    confirm: Callable[[int], Measurement], exps: Optional[list[int]] = None) -> list[Verdict]:
+        """One verdict per candidate (exps: their experiment numbers, for the notes). `confirm(i)`
+        retrains candidate i with the confirmation seed."""
+        exps = exps or list(range(1, len(measured) + 1))
+        verdicts: list[Optional[Verdict]] = [None] * len(measured)
+        for i, m in enumerate(measured):
+            if m.status:
+                verdicts[i] = verdict_of(m, m.status)
+        best, noise = incumbent.score, incumbent.noise
+        kept: Optional[int] = None
+        ranked = sorted((i for i, m in enumerate(measured) if not m.status), key=lambda i: -measured[i].score)
+        for i in ranked:
+            m = measured[i]
+            if kept is not None:
+                verdicts[i] = verdict_of(m, "discard", f"exp {exps[kept]} of the same round was kept "
+                                                       f"({verdicts[kept].score:.3f})")
+            elif m.score <= best:
+                verdicts[i] = verdict_of(m, "discard", f"not above best {best:.3f}")
+            elif m.score > best + noise:
+                verdicts[i] = verdict_of(m, "keep", f"beats {best:.3f} by more than the noise {noise:.3f}")
+            else:
+                verdicts[i] = self._confirmed(m, confirm(i), best, noise)
+            if verdicts[i].status == "keep":
+                kept = i
+        return verdicts
 
-    def execute(self, run: "Run", exp: int, exp_dir: Path, commit: str) -> Verdict:
-        cfg = run.config
-        first = self.measure(run, f"exp {exp}", cfg.train_seeds[0], exp_dir)
-        if first.status:
-            return _verdict(first, first.status)
-        best, noise = run.best_score, run.noise
-        if first.score > best + noise:
-            return _verdict(first, "keep", f"beats {best:.3f} by more than the noise {noise:.3f}")
-        if first.score <= best:
-            return _verdict(first, "discard", f"not above best {best:.3f}")
-        # A win inside the noise: retrain with the other baseline seed, judge the mean of both.
-        log.info("exp %d: %.3f beats %.3f by less than the noise %.3f; confirming with seed %d",
-                 exp, first.score, best, noise, cfg.confirm_seed)
-        second = self.measure(run, f"exp {exp} confirm", cfg.confirm_seed, exp_dir / "confirm")
+    def _confirmed(self, first: Measurement, second: Measurement, best: float, noise: float) -> Verdict:
+        """A win inside the noise, judged on the mean of two seeds."""
         if second.status == "interrupted":
-            return _verdict(first, "interrupted", "stopped during the confirmation run")
+            return verdict_of(first, "interrupted", "stopped during the confirmation run")
         if second.status:
-            v = _verdict(first, "discard", f"confirmation run {second.status}: {second.note}")
-            v.failure = second.failure
+            v = verdict_of(first, "discard", f"confirmation run {second.status}: {second.note}")
+            v.failure, v.wall_s, v.compute_usd = second.failure, first.wall_s + second.wall_s, \
+                first.compute_usd + second.compute_usd
             return v
         mean = (first.score + second.score) / 2
         combined = Measurement(score=mean, env_steps=first.env_steps, sps=first.sps,
-                               wall_s=first.wall_s + second.wall_s)
-        note = f"confirmed over 2 seeds: {first.score:.3f}, {second.score:.3f}"
+                               wall_s=first.wall_s + second.wall_s, compute_usd=first.compute_usd + second.compute_usd)
         if mean > best:
-            return _verdict(combined, "keep", note)
-        return _verdict(combined, "discard", f"not confirmed over 2 seeds: {first.score:.3f}, "
-                                             f"{second.score:.3f} (mean {mean:.3f} <= best {best:.3f})")
+            return verdict_of(combined, "keep", f"confirmed over 2 seeds: {first.score:.3f}, {second.score:.3f}")
+        return verdict_of(combined, "discard", f"not confirmed over 2 seeds: {first.score:.3f}, "
+                                               f"{second.score:.3f} (mean {mean:.3f} <= best {best:.3f})")
 
 
-def _verdict(m: Measurement, status: str, note: str = "") -> Verdict:
-    return Verdict(status, score=m.score, env_steps=m.env_steps, sps=m.sps,
-                   note=note or m.note, failure=m.failure, extra={"wall_s": m.wall_s})
+@dataclass
+class Repair:
+    """What the loop made of one repair round (the agent edited, the change was checked and committed)."""
+    status: str                           # "ok", "stopped", "no more", "unchanged", "invalid"
+    commit: Optional[str] = None
+    cost_usd: float = 0.0
+    problem: str = ""
 
 
-def _int(value) -> Optional[int]:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _float(value) -> Optional[float]:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    return lines[-1].strip()[:200] if lines else ""
+@dataclass
+class TranslateTrial:
+    """One translate experiment, as the translate phase sees it."""
+    slot: Slot
+    commit: str
+    previous_best: str
+    env_id: str
+    repair_rounds: int
+    runner: Runner
+    repair: Callable[[str, int], Repair]   # (verifier report, round) -> the repaired commit
+    stop_requested: Callable[[], bool] = lambda: False
+    cost_usd: float = field(default=0.0)
 
 
 class TranslatePhase(Phase):
@@ -198,162 +153,99 @@ class TranslatePhase(Phase):
 
     name = "translate"
 
-    def translation(self, run: "Run") -> str:
-        return f"envs_fast/{slug(run.config.env_id)}.py"
+    def translation(self, env_id: str) -> str:
+        return f"envs_fast/{slug(env_id)}.py"
 
-    def allowed_paths(self, run: "Run") -> list[str]:
-        return [self.translation(run)]
+    def allowed_paths(self, env_id: str) -> list[str]:
+        return [self.translation(env_id)]
 
-    def wants_turn(self, run: "Run") -> bool:
-        cfg = run.config
-        kept = [r for r in run.rows() if r.phase == self.name and r.status == "keep"]
+    def wants_turn(self, rows: list[Row], folder: RunFolder, target_speedup: float, patience: int) -> bool:
+        kept = [r for r in rows if r.phase == self.name and r.status == "keep"]
         if kept:
-            record = _read_json(run.exp_dir(kept[-1].exp) / "translate.json")
-            if record.get("ratio", 0.0) >= cfg.target_speedup:
+            record = _read_json(folder.exp(kept[-1].exp).translate)
+            if record.get("ratio", 0.0) >= target_speedup:
                 return False
-        since_gain = [r for r in run.rows() if r.phase == self.name and r.status not in ("keep", "interrupted")
+        since_gain = [r for r in rows if r.phase == self.name and r.status not in ("keep", "interrupted")
                       and (not kept or r.exp > kept[-1].exp)]
-        return len(since_gain) < cfg.translate_patience
+        return len(since_gain) < patience
 
-    def execute(self, run: "Run", exp: int, exp_dir: Path, commit: str) -> Verdict:
-        cfg = run.config
-        previous_best = run.best_commit
-        path = self.translation(run)
-        extra = {"cost_usd": 0.0, "commit": commit}
-        for repair in range(cfg.repair_rounds + 1):
-            label = f"exp {exp}" + (f" repair {repair}" if repair else "")
-            report, code = self._verify(run, label, exp_dir, repair)
-            if code is None:
-                return Verdict("interrupted", note="stopped during verification", extra=extra)
-            if code == 0:
+    def execute(self, trial: TranslateTrial) -> Verdict:
+        path, commit, cost = self.translation(trial.env_id), trial.commit, 0.0
+
+        def verdict(status: str, **kw) -> Verdict:
+            return Verdict(status, commit=commit, agent_cost_usd=cost, **kw)
+
+        for round_ in range(trial.repair_rounds + 1):
+            label = trial.slot.label + (f" repair {round_}" if round_ else "")
+            log.info("%s: verifying %s at L1-L3", label, path)
+            outcome = trial.runner.verify(trial.slot, commit, path, round_)
+            if outcome.interrupted:
+                return verdict("interrupted", note="stopped during verification")
+            log.info("%s: verification %s", label, "passed" if outcome.passed else "FAILED")
+            if outcome.passed:
                 break
-            failure = report or "the verifier produced no report"
-            if code != 1:  # bad input: file that does not import, protocol missing, timeout
-                failure = f"verification could not run (exit {code}):\n{failure}"
-            if repair == cfg.repair_rounds:
-                return Verdict("discard", note=f"verification failed after {repair} repair round(s): "
-                               f"{_first_line(failure)}", failure=failure, extra=extra)
-            # A repair round: the agent gets the report and edits the same file; each round a commit.
-            ctx = run.context(exp, self, exp_dir, repair_round=repair + 1)
-            ctx.last_failure = failure
-            try:
-                proposal = run.propose(ctx)
-            except NoMoreProposals:
-                return Verdict("discard", note=f"verification failed: {_first_line(failure)}",
-                               failure=failure, extra=extra)
-            except StopRequested:
-                return Verdict("interrupted", note="stopped during a repair round", extra=extra)
-            extra["cost_usd"] += proposal.cost_usd
-            changed = run.workspace.changed_paths(extra["commit"])
-            if not changed:
-                return Verdict("discard", note=f"repair round {repair + 1} changed nothing; verification "
-                               f"failed: {_first_line(failure)}", failure=failure, extra=extra)
-            problem = self.check(run, changed)
-            extra["commit"] = run.workspace.commit(f"{proposal.description} (repair round {repair + 1})")
-            if problem:
-                return Verdict("invalid", note=f"repair round {repair + 1}: {problem}",
-                               failure=f"the repair was rejected: {problem}", extra=extra)
-            run.set_in_flight(exp, self.name, f"repair {repair + 1}", commit=extra["commit"])
-        verified = "verified L1-L3" + (f" after {repair} repair round(s)" if repair else "")
-        incumbent = self._incumbent_spec(run, previous_best, exp_dir)
-        new = self._bench(run, f"exp {exp}", path, exp_dir / "bench.json")
-        old = self._bench(run, f"exp {exp} incumbent", incumbent, exp_dir / "bench-incumbent.json")
+            failure = outcome.report or "the verifier produced no report"
+            if outcome.returncode != 1:  # bad input: a file that does not import, protocol missing, timeout
+                failure = f"verification could not run (exit {outcome.returncode}):\n{failure}"
+            if round_ == trial.repair_rounds:
+                return verdict("discard", note=f"verification failed after {round_} repair round(s): "
+                                               f"{_first_line(failure)}", failure=failure)
+            repair = trial.repair(failure, round_ + 1)
+            cost += repair.cost_usd
+            commit = repair.commit or commit
+            if repair.status == "stopped":
+                return verdict("interrupted", note="stopped during a repair round")
+            if repair.status == "no more":
+                return verdict("discard", note=f"verification failed: {_first_line(failure)}", failure=failure)
+            if repair.status == "unchanged":
+                return verdict("discard", note=f"repair round {round_ + 1} changed nothing; verification "
+                                               f"failed: {_first_line(failure)}", failure=failure)
+            if repair.status == "invalid":
+                return verdict("invalid", note=f"repair round {round_ + 1}: {repair.problem}",
+                               failure=f"the repair was rejected: {repair.problem}")
+        verified = "verified L1-L3" + (f" after {round_} repair round(s)" if round_ else "")
+        folder = trial.slot.folder
+        new = trial.runner.bench(trial.slot, commit, path, folder.bench)
+        # The incumbent: what make_vec_env(backend="auto") chose in the previous best commit.
+        old = trial.runner.bench(trial.slot, trial.previous_best, "auto", folder.bench_incumbent)
         if new is None or old is None:
-            stopped = run.stop.requested()
-            return Verdict("interrupted" if stopped else "crash",
+            stopped = trial.stop_requested()
+            return verdict("interrupted" if stopped else "crash",
                            note="stopped during the benchmark" if stopped else f"{verified}; the benchmark failed",
-                           failure=runner.log_tail(exp_dir / "bench.log"), extra=extra)
+                           failure=_tail(folder.bench.with_suffix(".log")))
         speedup = new["adapter_sps"] / max(old["adapter_sps"], 1e-9)
-        record = {"spec": path, "incumbent": _spec_name(incumbent), "ratio": new["ratio"], "speedup": speedup,
+        name = _spec_name(old["backend"])
+        record = {"spec": path, "incumbent": name, "ratio": new["ratio"], "speedup": speedup,
                   "adapter_sps": new["adapter_sps"], "incumbent_adapter_sps": old["adapter_sps"],
                   "backend_sps": new["backend_sps"], "reference_sps": new["reference_sps"],
-                  "num_envs": new["adapter_num_envs"], "previous_best": previous_best}
-        (exp_dir / "translate.json").write_text(json.dumps(record, indent=1) + "\n")
+                  "num_envs": new["adapter_num_envs"], "previous_best": trial.previous_best}
+        folder.translate.write_text(json.dumps(record, indent=1) + "\n")
         figures = (f"{verified}; {new['ratio']:.0f}x the reference env; at {new['adapter_num_envs']} envs "
-                   f"{new['adapter_sps']:,.0f} sps vs {old['adapter_sps']:,.0f} ({_spec_name(incumbent)}) = "
-                   f"{speedup:.2f}x")
-        status = "keep" if speedup > 1.0 else "discard"
-        verdict = Verdict(status, sps=new["backend_sps"], note=figures if status == "keep" else
-                          f"{figures}: not faster than the current backend", extra=extra)
-        if status == "discard":
-            verdict.failure = (f"Your translation passed verification but is not faster than the backend "
+                   f"{new['adapter_sps']:,.0f} sps vs {old['adapter_sps']:,.0f} ({name}) = {speedup:.2f}x")
+        if speedup > 1.0:
+            return verdict("keep", sps=new["backend_sps"], note=figures)
+        return verdict("discard", sps=new["backend_sps"], note=f"{figures}: not faster than the current backend",
+                       failure=f"Your translation passed verification but is not faster than the backend "
                                f"training uses now: {figures}. Make it faster.")
-        return verdict
-
-    # ---- the steps, each in a subprocess with the scrubbed environment (the translation is candidate code)
-    def _verify(self, run: "Run", label: str, exp_dir: Path, repair: int) -> tuple[str, Optional[int]]:
-        cfg = run.config
-        json_path, log_path = exp_dir / f"verify.r{repair}.json", exp_dir / f"verify.r{repair}.log"
-        log.info("%s: verifying %s at L1-L3", label, self.translation(run))
-        result = runner.run_group(
-            [sys.executable, "-m", "envs_fast.verify", "--env", cfg.env_id, "--backend", self.translation(run),
-             "--levels", "1,2,3", "--json", str(json_path)],
-            run.workspace.path, runner.scrubbed_env(backend_env(run)), log_path, cfg.verify_timeout_s,
-            run.stop.requested, on_spawn=lambda pgid: run.note_process(pgid, "verify"),
-            on_tick=lambda t: progress.show(f"{label}: verifying {t:.0f}s"))
-        if result.interrupted:
-            return "", None
-        if json_path.exists():
-            shutil.copyfile(json_path, exp_dir / "verify.json")  # the last round's full report
-        report = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
-        if result.timed_out:
-            return f"verification timed out after {cfg.verify_timeout_s:.0f}s\n{report[-4000:]}", 3
-        log.info("%s: verification %s", label, "passed" if result.returncode == 0 else "FAILED")
-        return report[-12000:], result.returncode
-
-    def _bench(self, run: "Run", label: str, spec: str, json_path: Path) -> Optional[dict]:
-        cfg = run.config
-        log.info("%s: benchmarking %s", label, _spec_name(spec))
-        result = runner.run_group(
-            [sys.executable, "-m", "envs_fast.bench", "--env", cfg.env_id, "--backend", spec,
-             "--seconds", runner.number_arg(cfg.bench_seconds), "--json", str(json_path)],
-            run.workspace.path, runner.scrubbed_env(backend_env(run)), json_path.with_suffix(".log"),
-            cfg.verify_timeout_s, run.stop.requested, on_spawn=lambda pgid: run.note_process(pgid, "bench"),
-            on_tick=lambda t: progress.show(f"{label}: benchmarking {t:.0f}s"))
-        if result.returncode != 0 or not json_path.exists():
-            return None
-        return _read_json(json_path) or None
-
-    def _incumbent_spec(self, run: "Run", best_commit: str, exp_dir: Path) -> str:
-        """What `make_vec_env(backend="auto")` used before this experiment: the kept translation (a
-        copy of the best commit's file), else envpool where it has the env, else gymnasium."""
-        try:
-            old = run.workspace.repo.git.show(f"{best_commit}:{self.translation(run)}")
-        except Exception:
-            old = None
-        kept = [r for r in run.rows() if r.phase == self.name and r.status == "keep"]
-        if old is not None and kept:
-            copy = exp_dir / f"incumbent_{Path(self.translation(run)).name}"
-            copy.write_text(old + ("\n" if not old.endswith("\n") else ""))
-            return str(copy)
-        from envs_fast.envpool_backend import envpool_supports
-
-        return "envpool" if envpool_supports(run.config.env_id) else "reference"
-
-
-def verify_cache_dir(run_dir: Path) -> Path:
-    """Verdicts of this run's backends: shared by the verifier and train.py's make_vec_env("auto")."""
-    return run_dir / "verify-cache"
-
-
-def backend_env(run: "Run") -> dict:
-    """Environment for every process that picks or judges a backend (train, verify, bench): they
-    share the run's verdict cache, so train.py's make_vec_env("auto") uses what was verified here."""
-    return {"AUTORL_VERIFY_CACHE": str(verify_cache_dir(run.run_dir)), "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONUNBUFFERED": "1"}
 
 
 def _spec_name(spec: str) -> str:
     if spec.endswith(".py"):
-        return "the kept translation" if Path(spec).name.startswith("incumbent_") else Path(spec).name
+        return "the kept translation"  # the best commit's file, verified in this run
     return {"reference": "gymnasium vector env"}.get(spec, spec)
 
 
 def _read_json(path: Path) -> dict:
     try:
-        return json.loads(path.read_text())
+        return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def _tail(path: Path, lines: int = 60) -> str:
+    from .artifacts import log_tail
+
+    return log_tail(path, lines)
 
 
 def _first_line(text: str) -> str:

@@ -1,4 +1,5 @@
-"""results.tsv: the schema, a durable append, and a reader that tolerates a torn last line."""
+"""results.tsv (the schema, a durable append, a reader that tolerates a torn last line) and the
+names of every file in a run folder `results/<tag>/` and an experiment folder `exp-NNNN/`."""
 from __future__ import annotations
 
 import os
@@ -172,5 +173,69 @@ def compact_table(rows: list[Row], last: int = 40) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["COLUMNS", "HEADER", "STATUSES", "Row", "ResultsFile", "summarize", "compact_table",
+# ---------------------------------------------------------------- the files of a run folder
+class RunFolder:
+    """`results/<tag>/`: what the daemon writes for a run (candidate code never sees it)."""
+
+    RESULTS = "results.tsv"
+    CONFIG = "run.json"            # configuration, held-out seed, harness hash
+    STATE = "state.json"           # the experiments in flight and their runner handles
+    LOG = "daemon.log"
+    LOCK = "daemon.lock"
+    STOP = "STOP"                  # written by `stop`
+    HARNESS = "evaluate.py"        # the trusted copy of the harness
+    OPTUNA = "optuna.db"
+    NOTES = "notes.md"             # the LLM agent's own notes
+    VERIFY_CACHE = "verify-cache"  # verdicts and throughput of this run's backends
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def __getattr__(self, name: str) -> Path:  # folder.results -> path / "results.tsv"
+        upper = name.upper()
+        if upper != name and upper in type(self).__dict__:
+            return self.path / type(self).__dict__[upper]
+        raise AttributeError(name)
+
+    def exp(self, exp: int) -> "ExpFolder":
+        return ExpFolder(self.path / f"exp-{exp:04d}")
+
+
+class ExpFolder:
+    """`results/<tag>/exp-NNNN/`: everything about one experiment besides its row."""
+
+    TRAIN_LOG = "train.log"
+    EVAL_JSON = "eval.json"        # the harness's result: mean, se, per-episode returns
+    EVAL_LOG = "eval.log"
+    OUT = "out"                    # AUTORL_OUTPUT_DIR: the policy artifact
+    DIFF = "diff.patch"
+    FAILURE = "failure.txt"        # what the agent is shown next time
+    CONFIRM = "confirm"            # the confirmation run, an ExpFolder of its own
+    TRANSLATE = "translate.json"   # a translate experiment's benchmark record
+    BENCH = "bench.json"
+    BENCH_INCUMBENT = "bench-incumbent.json"
+    VERIFY = "verify.json"         # the last verification round's full report
+    TRANSCRIPT = "agent.jsonl"
+    PROMPT = "prompt.md"
+    AGENT_LOG = "agent.log"
+    AGENT_ERR = "agent.err.log"
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def __getattr__(self, name: str) -> Path:
+        upper = name.upper()
+        if upper != name and upper in type(self).__dict__:
+            return self.path / type(self).__dict__[upper]
+        raise AttributeError(name)
+
+    def run(self, index: int) -> "ExpFolder":
+        """Baseline run N (N >= 2) lives in a subfolder of experiment 0's."""
+        return self if index <= 1 else ExpFolder(self.path / f"run-{index}")
+
+    def verify_round(self, round_: int) -> tuple[Path, Path]:
+        return self.path / f"verify.r{round_}.json", self.path / f"verify.r{round_}.log"
+
+
+__all__ = ["RunFolder", "ExpFolder", "COLUMNS", "HEADER", "STATUSES", "Row", "ResultsFile", "summarize", "compact_table",
            "utc_now", "one_line"]

@@ -7,24 +7,30 @@ from pathlib import Path
 from typing import Optional
 
 from .daemon import lock_holder, read_state
-from .results import ResultsFile, summarize
+from .inflight import recorded
+from .results import ResultsFile, RunFolder, summarize
 
 
 def run_status(run_dir: Path) -> list[str]:
-    config = json.loads((run_dir / "run.json").read_text())
-    rows = ResultsFile(run_dir / "results.tsv").read()
+    folder = RunFolder(run_dir)
+    config = json.loads(folder.config.read_text())
+    rows = ResultsFile(folder.results).read()
     summary = summarize(rows)
     pid = lock_holder(run_dir)
     state = read_state(run_dir)
+    parallel = config.get("parallel", 1)
     lines = [f"{run_dir.name}: {'running (pid %d)' % pid if pid else 'not running'}; env {config['env_id']}, "
-             f"budget {config['budget_s']:g}s, branch {config['branch']}"]
-    in_flight = state.get("in_flight") if pid else None
-    if in_flight:
-        elapsed = time.time() - in_flight.get("started", time.time())
-        lines.append(f"  in flight: exp {in_flight['exp']} ({in_flight.get('phase')}, {in_flight.get('stage')}) "
+             f"budget {config['budget_s']:g}s, runner {config.get('runner', 'local')}"
+             + (f" x{parallel}" if parallel > 1 else "") + f", branch {config['branch']}"]
+    records = recorded(run_dir)
+    if pid and state.get("waiting"):
+        lines.append(f"  {state['waiting']}")
+    for record in records if pid else []:
+        elapsed = time.time() - record.get("started", time.time())
+        lines.append(f"  in flight: exp {record['exp']} ({record.get('phase')}, {record.get('stage')}) "
                      f"for {elapsed:.0f}s")
-    elif not pid and read_state(run_dir).get("in_flight"):
-        lines.append(f"  exp {state['in_flight']['exp']} was in flight when the daemon died: "
+    if not pid and records:
+        lines.append(f"  exp {', '.join(str(r['exp']) for r in records)} in flight when the daemon died: "
                      "`run --resume` records it and goes on")
     baseline = ", ".join(f"{s:.3f}" for s in summary["baseline_scores"]) or "-"
     best = "-" if summary["best"] is None else f"{summary['best']:.3f}"

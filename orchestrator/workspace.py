@@ -7,6 +7,8 @@ touched. The branch tip is always the best experiment; a discarded commit stays 
 from __future__ import annotations
 
 import fnmatch
+import io
+import tarfile
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -124,8 +126,32 @@ class Workspace:
     def diff(self, base: str, commit: str) -> str:
         return self.repo.git.diff(base, commit)
 
+    def archive(self, commit: str) -> bytes:
+        """The commit's files as `git archive --format=tar.gz` bytes (what a Modal container gets)."""
+        buffer = io.BytesIO()
+        self.main.archive(buffer, commit, format="tar.gz")
+        return buffer.getvalue()
+
+    def extract(self, commit: str, dest: Path) -> Path:
+        """A snapshot of the commit's files in `dest` (which must not exist yet)."""
+        buffer = io.BytesIO()
+        self.main.archive(buffer, commit, format="tar")
+        buffer.seek(0)
+        dest = Path(dest)
+        dest.mkdir(parents=True)
+        with tarfile.open(fileobj=buffer) as tar:
+            tar.extractall(dest, filter="data")
+        return dest
+
     def keep_ref(self, exp: int, commit: str) -> None:
         self.repo.git.update_ref(discard_ref(self.tag, exp), commit)
+
+    def drop_ref(self, exp: int) -> None:
+        """Remove an experiment's ref (a kept experiment is on the branch instead)."""
+        try:
+            self.repo.git.update_ref("-d", discard_ref(self.tag, exp))
+        except git.GitCommandError:
+            pass  # it had none
 
     def reset_to(self, commit: str) -> None:
         """Branch and worktree back to `commit`; untracked leftovers removed (ignored files stay)."""

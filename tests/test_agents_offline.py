@@ -15,7 +15,7 @@ from orchestrator.agents.base import AgentContext, NoMoreProposals, Outcome
 from orchestrator.agents.optuna_agent import (NoHyperparameterBlock, OptunaAgent, read_block, search_space,
                                               write_block)
 from orchestrator.agents.replay import ReplayAgent
-from orchestrator.loop import default_tag
+from orchestrator.config import default_tag
 from tests.conftest import TINY_TRAIN_PY, FAST, read_results, run_daemon, write_replay
 
 TUNED = ("LEARNING_RATE", "GAMMA", "ENT_COEF")

@@ -88,19 +88,15 @@ def test_reference_when_no_backend_is_verified_or_available(tmp_path):
     assert envs_fast.choose_backend(ENV, 8, root=no_translation) == "reference"
 
 
-def test_incumbent_is_the_kept_translation_not_the_file_just_rewritten(tmp_path):
-    passes(SHIPPED)  # the repository's file: verified, but the experiment has just rewritten it
-    assert envs_fast.choose_backend(ENV, 8) == str(SHIPPED)
-    assert envs_fast.incumbent_backend(ENV, 8, None) == "envpool"
+def test_bench_auto_measures_what_auto_would_train_on(tmp_path):
+    """The translate phase's incumbent: `bench --backend auto` in a checkout resolves choose_backend there."""
+    from envs_fast.bench import bench
 
-    kept = tmp_path / "exp-0003" / "incumbent_cartpole_v1.py"  # the best commit's file, no verdict here
-    kept.parent.mkdir()
-    kept.write_text(SHIPPED.read_text() + "\n# kept\n")
-    assert envs_fast.incumbent_backend(ENV, 8, kept) == str(kept)  # trusted as kept
-    cache.store_throughput(str(kept), ENV, 8, 50_000)
-    cache.store_throughput("envpool", ENV, 8, 300_000)
-    assert envs_fast.incumbent_backend(ENV, 8, kept) == "envpool"
-    assert envs_fast.choose_backend(ENV, 8, root=tmp_path / "empty") == "envpool"
+    passes(SHIPPED)
+    result = bench(ENV, "auto", num_envs=64, seconds=0.2, adapter_num_envs=8)
+    assert result["backend"] == str(SHIPPED) and result["adapter_sps"] > 0
+    result = bench(ENV, "auto", num_envs=64, seconds=0.2, adapter_num_envs=8, root=tmp_path / "empty")
+    assert result["backend"] == "envpool"
 
 
 def test_evaluate_auto_trains_on_the_chosen_backend():

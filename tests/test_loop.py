@@ -58,12 +58,13 @@ LYING_HARNESS = (
 REWRITE_HARNESSES = f"""
 _lie = {LYING_HARNESS!r}
 (Path.cwd() / "evaluate.py").write_text(_lie)
-(Path.cwd().parents[1] / "evaluate.py").write_text(_lie)
+_checkout = Path(os.environ["AUTORL_OUTPUT_DIR"]).parents[3]  # out <- exp-NNNN <- <tag> <- results <- checkout
+(_checkout / "evaluate.py").write_text(_lie)
 """
 
 TAMPER_RUN_COPY = f"""
 _lie = {LYING_HARNESS!r}
-(Path.cwd().parents[1] / "results" / Path.cwd().name / "evaluate.py").write_text(_lie)
+(Path(os.environ["AUTORL_OUTPUT_DIR"]).parents[1] / "evaluate.py").write_text(_lie)  # results/<tag>/
 """
 
 

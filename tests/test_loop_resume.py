@@ -30,8 +30,8 @@ def wait_for_training(run_dir, exp, proc, timeout=90):
     while time.time() < deadline:
         assert proc.poll() is None, proc.stdout.read()
         state = json.loads((run_dir / "state.json").read_text()) if (run_dir / "state.json").exists() else {}
-        in_flight = state.get("in_flight") or {}
-        if in_flight.get("exp") == exp and in_flight.get("stage") == "train" and pids.exists():
+        in_flight = {record["exp"]: record for record in state.get("in_flight") or []}
+        if in_flight.get(exp, {}).get("stage") == "train" and pids.exists():
             return [int(p) for p in pids.read_text().split()]
         time.sleep(0.2)
     raise AssertionError(f"exp {exp} never started training")

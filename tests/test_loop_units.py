@@ -9,10 +9,11 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
-from orchestrator import runner
+from orchestrator import artifacts, processes
 from orchestrator.agents.base import AgentError
 from orchestrator.agents.replay import ReplayAgent
-from orchestrator.loop import Limits, Options, RunError, check_tag, default_tag, parse_until, start
+from orchestrator.config import Limits, Options, RunError, check_tag, default_tag, parse_until
+from orchestrator.setup import start
 from orchestrator.phases import parse_schedule
 from orchestrator.results import HEADER, ResultsFile, Row
 from tests.conftest import read_results, run_daemon, tiny_train_py, write_replay
@@ -123,7 +124,7 @@ def test_scrubbed_env_drops_secrets_by_name_and_by_value(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:1")
     monkeypatch.setenv("DB_PASSWORD", "hunter22hunter")
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    env = runner.scrubbed_env({"AUTORL_SEED": "3"})
+    env = processes.scrubbed_env({"AUTORL_SEED": "3"})
     for name in ("MY_SERVICE_TOKEN", "HARMLESS_NAME", "ANTHROPIC_BASE_URL", "DB_PASSWORD"):
         assert name not in env
     assert env["OMP_NUM_THREADS"] == "1" and env["AUTORL_SEED"] == "3" and "PATH" in env
@@ -131,9 +132,9 @@ def test_scrubbed_env_drops_secrets_by_name_and_by_value(monkeypatch):
 
 def test_parse_summary_reads_the_tail_after_the_last_separator():
     log = "---\nenv_steps: 1\nnoise\n---\nenv_steps: 12345\nsps: 4100\nepisode_return: 231.5\nenv_id: Foo-v1\n"
-    assert runner.parse_summary(log) == {"env_steps": 12345, "sps": 4100, "episode_return": 231.5,
+    assert artifacts.parse_summary(log) == {"env_steps": 12345, "sps": 4100, "episode_return": 231.5,
                                          "env_id": "Foo-v1"}
-    assert runner.parse_summary("no summary\n") == {}
+    assert artifacts.parse_summary("no summary\n") == {}
 
 
 def test_tags_until_and_schedules():
@@ -173,7 +174,10 @@ def test_stop_reasons_between_experiments(autorl_repo):
     import time
 
     from orchestrator.daemon import StopControl
-    from orchestrator.loop import Run, RunConfig
+    from orchestrator.config import RunConfig
+    from orchestrator.inflight import InFlight
+    from orchestrator.loop import Run
+    from orchestrator.results import RunFolder
     from orchestrator.workspace import Workspace
 
     repo = autorl_repo(tiny_train_py(), files={".gitignore": "__pycache__/\n"})
@@ -186,8 +190,9 @@ def test_stop_reasons_between_experiments(autorl_repo):
                        train_seeds=[1, 2], confirm_seed=2, eval_timeout_s=60, eval_workers=1, schedule=["train"],
                        main_root=str(repo), worktree=str(workspace.path), branch=workspace.branch,
                        base_commit=base, harness_sha256="-", created="-", agent="replay")
-    run = Run(config, run_dir, workspace, Limits(max_experiments=2, deadline=time.time() + 30, max_cost=2.0),
-              StopControl(run_dir), b"")
+    run = Run(config, RunFolder(run_dir), workspace, Limits(max_experiments=2, deadline=time.time() + 30,
+                                                            max_cost=2.0),
+              StopControl(run_dir), runner=None, journal=InFlight(run_dir), agent=None, harness_bytes=b"")
     assert run.stop_reason() == "the deadline leaves no time for another experiment"  # 60 s do not fit
     run.limits.deadline = time.time() + 3600
     assert run.stop_reason() is None

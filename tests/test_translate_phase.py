@@ -110,7 +110,8 @@ def test_schedule_alternates_and_judges_translations(autorl_repo, tmp_path):
 
 
 def test_default_phases_follow_the_agent():
-    from orchestrator.loop import Options, _schedule
+    from orchestrator.config import Options
+    from orchestrator.setup import schedule_for as _schedule
 
     assert _schedule(Options(), "anthropic") == ["translate", "train", "train", "train", "train"]
     assert _schedule(Options(), "command") == ["translate", "train", "train", "train", "train"]

@@ -25,6 +25,7 @@ class AgentContext:
     last_failure: Optional[str] = None  # train log tail, or the verification report
     repair_round: int = 0           # translate phase: 0 = first proposal, K = repair round K
     notes_path: Optional[Path] = None   # results/<tag>/notes.md, the agent's own notes
+    round_peers: list[str] = field(default_factory=list)  # --parallel: what the others of the round try
 
 
 @dataclass

@@ -26,7 +26,7 @@ import git
 from orchestrator.agents.base import AgentContext, AgentError, Outcome, Proposal
 from orchestrator.agents.errors import AgentConfigError
 from orchestrator.agents.prompt import command_prompt, one_line
-from orchestrator.runner import run_group, scrubbed_env
+from orchestrator.processes import run_group, scrubbed_env
 
 log = logging.getLogger(__name__)
 

@@ -92,6 +92,10 @@ def experiment_prompt(ctx: AgentContext, notes_hint: str = NOTES_NAME) -> str:
         parts.append(f"This is repair round {ctx.repair_round}: your previous proposal failed; "
                      f"fix it using the report below.")
     parts.append("Allowed paths (the only ones you may change): " + ", ".join(ctx.allowed_paths))
+    if ctx.round_peers:
+        parts.append("## The other candidates of this round\n\nThese proposals train at the same time as "
+                     "yours, from the same best commit; try something different:\n"
+                     + "\n".join(f"- {peer}" for peer in ctx.round_peers))
     parts.append(allowed_files_section(ctx.worktree, ctx.allowed_paths))
     table = ctx.results_table.strip() or "(no results yet)"
     parts.append("## Results so far\n\n" + _tail(table, MAX_RESULTS_CHARS))

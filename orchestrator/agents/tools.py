@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
-from orchestrator.runner import run_group, scrubbed_env
+from orchestrator.processes import run_group, scrubbed_env
 
 NOTES_NAME = "notes.md"
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".pytest_cache", ".mypy_cache"}

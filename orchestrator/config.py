@@ -1,0 +1,133 @@
+"""What a run is: its configuration (run.json), its limits, the parsed `run` command, and names.
+
+RunConfig fixes a run's scores and is kept across resumes; Options is what one `run` command
+asked for; Limits say when this session stops.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Callable, Optional
+
+BASELINE_RUNS = 2
+
+
+class RunError(Exception):
+    """A problem the user must fix before the run can go on (the message says what)."""
+
+
+@dataclass
+class RunConfig:
+    """What fixes a run's scores; written to results/<tag>/run.json and kept across resumes."""
+    tag: str
+    env_id: str
+    budget_s: float
+    grace_s: float
+    eval_episodes: int
+    eval_seed: int                        # held out: drawn at setup, kept only in run.json
+    train_seeds: list[int]
+    confirm_seed: int
+    eval_timeout_s: float
+    eval_workers: Optional[int]
+    schedule: list[str]
+    main_root: str
+    worktree: str
+    branch: str
+    base_commit: str
+    harness_sha256: str
+    created: str
+    agent: str                            # what a --resume without --agent uses again
+    agent_options: dict = field(default_factory=dict)
+    schedule_from_agent: bool = False     # replay: each folder's files say its phase
+    # where and how many experiments run at once
+    runner: str = "local"
+    parallel: int = 1
+    runner_options: dict = field(default_factory=dict)   # modal: gpu, cpu, price table
+    # translate phase
+    repair_rounds: int = 3
+    target_speedup: float = 100.0
+    translate_patience: int = 3
+    verify_timeout_s: float = 1800.0
+    bench_seconds: float = 2.0
+
+    @classmethod
+    def load(cls, path: Path) -> "RunConfig":
+        data = json.loads(Path(path).read_text())
+        return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+
+    def save(self, path: Path) -> None:
+        path = Path(path)
+        tmp = path.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1) + "\n")
+        tmp.replace(path)  # never half-written
+
+
+@dataclass
+class Limits:
+    """When this session stops (besides a stop request). None: no limit."""
+    max_experiments: Optional[int] = None     # experiments after the baseline, in the whole run
+    deadline: Optional[float] = None          # epoch seconds (--until, --max-hours)
+    max_cost: Optional[float] = None          # USD, the whole run (agent and compute)
+    backoff_base_s: float = 5.0
+    backoff_cap_s: float = 300.0
+
+
+@dataclass
+class Options:
+    """A parsed `run` command (the CLI builds it; tests may too)."""
+    env_id: Optional[str] = None
+    tag: Optional[str] = None
+    agent: Optional[str] = None
+    resume: bool = False
+    budget_s: Optional[float] = None
+    grace_s: Optional[float] = None
+    eval_episodes: Optional[int] = None
+    eval_timeout_s: float = 1800.0
+    eval_workers: Optional[int] = None
+    phases: Optional[str] = None
+    schedule: Optional[str] = None
+    repair_rounds: int = 3
+    target_speedup: float = 100.0
+    translate_patience: int = 3
+    bench_seconds: float = 2.0
+    runner: Optional[str] = None              # local (default) or modal; a resume keeps the run's
+    parallel: Optional[int] = None            # candidates per round (default 1)
+    runner_options: dict = field(default_factory=dict)
+    limits: Limits = field(default_factory=Limits)
+    repo: Optional[Path] = None
+    agent_args: object = None                 # the argparse namespace, for the agent factory
+    runner_factory: Optional[Callable] = None  # tests: build the runner (e.g. Modal against a fake)
+
+
+# ---------------------------------------------------------------- names
+def env_slug(env_id: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", env_id.lower()).strip("_")
+
+
+def default_tag(env_id: str, now: Optional[datetime] = None) -> str:
+    now = now or datetime.now()
+    return f"{env_slug(env_id)}-{now.strftime('%b').lower()}{now.day}"
+
+
+TAG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def check_tag(tag: str) -> str:
+    if not TAG_PATTERN.match(tag) or ".." in tag or tag.endswith((".lock", ".")):
+        raise RunError(f"bad tag {tag!r}: use letters, digits, '.', '_' and '-' (it names a git branch)")
+    return tag
+
+
+def parse_until(text: str, now: Optional[datetime] = None) -> float:
+    """`--until HH:MM` (local time): the next time the clock shows it."""
+    match = re.fullmatch(r"(\d{1,2}):(\d{2})", text.strip())
+    if not match or int(match[1]) > 23 or int(match[2]) > 59:
+        raise RunError(f"--until wants HH:MM (24-hour local time), got {text!r}")
+    now = now or datetime.now()
+    target = now.replace(hour=int(match[1]), minute=int(match[2]), second=0, microsecond=0)
+    if target <= now:
+        target += timedelta(days=1)
+    return target.timestamp()

@@ -1,0 +1,185 @@
+"""The Runner seam: what an experiment runs, and the typed results it hands back.
+
+A runner does three things with a commit (never with the worktree, which the agent edits):
+`measure` trains the commit's candidate/train.py for the budget and scores the exported policy
+with the trusted harness; `verify` checks a translation at L1-L3; `bench` measures a backend's
+throughput. Each records a cancellable handle (a local process group, a Modal function call) in
+the run's InFlight journal before waiting on it, so `stop` and `--resume` can cancel it
+whichever runner made it. Runners are called from several threads at once (`--parallel K`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Protocol
+
+from ..artifacts import TRAIN_SCRIPT, log_tail
+from ..inflight import InFlight
+from ..results import ExpFolder
+
+
+@dataclass
+class Slot:
+    """Where one piece of an experiment's work lands: its number, its folder, a log label."""
+    exp: int
+    folder: ExpFolder
+    label: str
+
+
+@dataclass
+class RunnerSettings:
+    """What every runner needs from the run's configuration."""
+    env_id: str
+    budget_s: float
+    grace_s: float
+    eval_episodes: int
+    eval_seed: int                 # held out: used only where the harness runs
+    eval_timeout_s: float
+    eval_workers: Optional[int]
+    harness: Path                  # the run's trusted copy of evaluate.py
+    harness_sha256: str
+    verify_cache: Path
+    verify_timeout_s: float = 1800.0
+    bench_seconds: float = 2.0
+
+
+@dataclass
+class TrainOutcome:
+    """How a train run ended, wherever it ran."""
+    returncode: Optional[int]
+    wall_s: float
+    timed_out: bool = False
+    interrupted: bool = False
+    metrics: dict = field(default_factory=dict)     # the `key: value` summary of train.py
+    policy: Optional[Path] = None                   # the exported artifact, if any
+    output_exceeded: bool = False
+    note: str = ""                                  # a runner's own reason (e.g. container lost)
+
+
+@dataclass
+class EvalOutcome:
+    ok: bool
+    result: dict = field(default_factory=dict)      # the harness's JSON (mean, se, returns, ...)
+    error: str = ""
+    timed_out: bool = False
+    interrupted: bool = False
+    tampered: bool = False
+    wall_s: float = 0.0
+
+
+@dataclass
+class Measurement:
+    """One train run scored by the trusted harness (status None when it went through)."""
+    status: Optional[str] = None          # crash / timeout / invalid / interrupted, else None
+    score: Optional[float] = None
+    env_steps: Optional[int] = None
+    sps: Optional[float] = None
+    wall_s: float = 0.0
+    note: str = ""                        # why, for the description column
+    failure: Optional[str] = None         # what the agent gets next time (log tail, report)
+    compute_usd: float = 0.0              # what the runner's compute cost (Modal)
+    evaluation: dict = field(default_factory=dict)
+
+
+@dataclass
+class VerifyOutcome:
+    passed: bool
+    report: str = ""                      # what the agent gets to repair its translation
+    returncode: Optional[int] = None
+    interrupted: bool = False
+    timed_out: bool = False
+
+
+class Runner(Protocol):
+    name: str
+
+    def measure(self, slot: Slot, commit: str, seed: int) -> Measurement:
+        """Train `commit` with `seed` for the budget, then score its artifact with the harness."""
+
+    def verify(self, slot: Slot, commit: str, backend: str, round_: int) -> VerifyOutcome:
+        """Verify the translation file `backend` (repository-relative) of `commit` at L1-L3."""
+
+    def bench(self, slot: Slot, commit: str, spec: str, json_path: Path) -> Optional[dict]:
+        """Throughput of backend `spec` as `commit` would train on it (None when it failed)."""
+
+    def cancel(self, handle: dict) -> bool:
+        """Cancel a recorded handle (also one left by a previous daemon); True if it was live."""
+
+    def close(self) -> None:
+        """Release what the runner holds (a Modal app context)."""
+
+
+# ---------------------------------------------------------------- shared judgement of outcomes
+def train_failure(train: TrainOutcome, folder: ExpFolder, budget_s: float, grace_s: float,
+                  max_output_mb: Optional[float] = None) -> Measurement:
+    """The measurement of a train run so far: a status when it failed, else None to go on."""
+    m = Measurement(env_steps=_int(train.metrics.get("env_steps")), sps=_float(train.metrics.get("sps")),
+                    wall_s=train.wall_s)
+    tail = log_tail(folder.train_log)
+    if train.interrupted:
+        m.status, m.note = "interrupted", "stopped during training"
+    elif train.output_exceeded:
+        m.status, m.failure = "crash", tail
+        m.note = f"wrote more than {max_output_mb:g} MB into AUTORL_OUTPUT_DIR" if max_output_mb else \
+            "wrote more than the output cap into AUTORL_OUTPUT_DIR"
+        m.failure = f"{m.note}; the run was killed. Write only the policy artifact (and small files).\n{tail}"
+    elif train.timed_out:
+        m.status, m.failure = "timeout", tail
+        m.note = f"killed at {budget_s + grace_s:.0f}s (budget {budget_s:.0f}s + grace {grace_s:.0f}s)"
+    elif train.note:
+        m.status, m.failure, m.note = "crash", tail, train.note
+    elif train.returncode != 0:
+        m.status, m.failure = "crash", tail
+        m.note = f"train.py exited with {train.returncode}: {last_line(tail)}"
+    elif train.policy is None:
+        m.status, m.failure = "crash", tail
+        m.note = f"no policy.pt in AUTORL_OUTPUT_DIR ({TRAIN_SCRIPT} must export one)"
+    return m
+
+
+def add_evaluation(m: Measurement, evaluation: EvalOutcome, folder: ExpFolder) -> Measurement:
+    m.wall_s += evaluation.wall_s
+    m.evaluation = evaluation.result
+    if evaluation.tampered:
+        m.status, m.note = "invalid", evaluation.error
+    elif evaluation.interrupted:
+        m.status, m.note = "interrupted", "stopped during evaluation"
+    elif not evaluation.ok:
+        m.status = "timeout" if evaluation.timed_out else "crash"
+        m.note = f"evaluation failed: {evaluation.error}"
+        m.failure = f"{m.note}\n--- train.log tail ---\n{log_tail(folder.train_log)}"
+    else:
+        m.score = float(evaluation.result["mean"])
+    return m
+
+
+def read_eval_json(path: Path) -> tuple[Optional[dict], str]:
+    try:
+        result = json.loads(Path(path).read_text())
+        float(result["mean"])
+        return result, ""
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        return None, f"unreadable evaluation output: {exc}"
+
+
+def last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip()[:200] if lines else ""
+
+
+def _int(value) -> Optional[int]:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(value) -> Optional[float]:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+StopCheck = Callable[[], bool]

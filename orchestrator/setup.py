@@ -1,0 +1,276 @@
+"""Turning a `run` command into a run: a new run's configuration (worktree, harness copy,
+held-out seed) or a resumed one's, the agent, the runner, then the loop.
+
+Nothing here runs experiments; `start` hands a ready Run to the loop.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import agents as agent_kinds
+from .artifacts import TRAIN_SCRIPT
+from .config import Options, RunConfig, RunError, check_tag, default_tag
+from .daemon import LockHeld, RunLock, StopControl, log, progress, setup_logging
+from .inflight import InFlight
+from .loop import Run
+from .phases import parse_schedule
+from .processes import scrubbed_env
+from .results import ResultsFile, RunFolder, utc_now
+from .runners import Runner, RunnerSettings
+from .workspace import Workspace, repo_root
+
+HARNESS = RunFolder.HARNESS
+
+
+def default_agent(environ: dict) -> tuple[str, str]:
+    if environ.get("ANTHROPIC_API_KEY"):
+        return "anthropic", "ANTHROPIC_API_KEY is set"
+    return "optuna", "ANTHROPIC_API_KEY is not set, so the offline Optuna agent tunes hyperparameters"
+
+
+def check_env_id(env_id: str) -> None:
+    if ":" in env_id:
+        return  # `module:Env-v0` registers on import; the baseline run will tell
+    import gymnasium
+
+    try:
+        gymnasium.spec(env_id)
+    except gymnasium.error.Error as exc:
+        raise RunError(f"unknown environment {env_id!r}: {exc}") from None
+
+
+def find_run_to_resume(results_root: Path, env_id: Optional[str]) -> Optional[str]:
+    """The most recently active run (for env_id, when given)."""
+    candidates = []
+    for run_json in results_root.glob(f"*/{RunFolder.CONFIG}"):
+        try:
+            data = json.loads(run_json.read_text())
+        except ValueError:
+            continue
+        if env_id is None or data.get("env_id") == env_id:
+            candidates.append((run_json.parent.stat().st_mtime, run_json.parent.name))
+    return max(candidates)[1] if candidates else None
+
+
+def make_runner(config: RunConfig, folder: RunFolder, workspace: Workspace, stop: StopControl, journal: InFlight,
+                harness_bytes: bytes) -> Runner:
+    settings = RunnerSettings(
+        env_id=config.env_id, budget_s=config.budget_s, grace_s=config.grace_s,
+        eval_episodes=config.eval_episodes, eval_seed=config.eval_seed, eval_timeout_s=config.eval_timeout_s,
+        eval_workers=config.eval_workers, harness=folder.harness, harness_sha256=config.harness_sha256,
+        verify_cache=folder.verify_cache, verify_timeout_s=config.verify_timeout_s,
+        bench_seconds=config.bench_seconds)
+    if config.runner == "modal":
+        from .runners.modal import ModalRunner
+
+        return ModalRunner.from_options(settings, workspace, stop.requested, journal, harness_bytes,
+                                        config.runner_options)
+    from .runners.local import LocalRunner
+
+    return LocalRunner(settings, workspace, stop.requested, journal, harness_bytes)
+
+
+def check_runner(name: str) -> None:
+    """Before anything is created: a Modal runner needs credentials and a reachable Modal."""
+    if name != "modal":
+        return
+    from .modal_support import check_modal_reachable, modal_credentials_problem
+
+    problem = modal_credentials_problem() or check_modal_reachable(timeout_s=20)
+    if problem:
+        raise RunError(problem)
+
+
+def start(options: Options, agent_factory: Callable, environ: dict) -> int:
+    """`python -m orchestrator run`: returns the exit code."""
+    setup_logging(None)
+    root = repo_root(options.repo or Path.cwd())
+    results_root = root / "results"
+    tag = options.tag
+    if tag is None:
+        if options.env_id is None and not options.resume:
+            raise RunError("--env ENV_ID is required for a new run")
+        tag = default_tag(options.env_id) if options.env_id else None
+        if options.resume and (tag is None or not (results_root / tag / RunFolder.CONFIG).exists()):
+            tag = find_run_to_resume(results_root, options.env_id)
+            if tag is None:
+                raise RunError("--resume: no run to resume" + (f" for {options.env_id}" if options.env_id else "")
+                               + f" under {results_root}")
+    check_tag(tag)
+    folder = RunFolder(results_root / tag)
+    workspace = Workspace(root, tag)
+    existing = folder.config.exists()
+    if existing and not options.resume:
+        raise RunError(f"run {tag!r} already exists ({folder.path}); pass --resume to continue it, or --tag NAME "
+                       "for a new run")
+    if options.resume and not existing:
+        raise RunError(f"--resume: there is no run {tag!r} ({folder.config} is missing)")
+    if not existing and workspace.exists():
+        raise RunError(f"branch {workspace.branch} or folder {workspace.path} already exists without a run "
+                       f"folder; remove them (git worktree remove, git branch -D) or choose another --tag")
+    if not existing:
+        _check_new_run(options, root)
+        check_runner(options.runner or "local")
+    created = not folder.path.exists()
+    folder.path.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(folder.path)
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        raise RunError(f"run {tag!r} is already running (pid {exc.pid}); `python -m orchestrator stop --tag {tag}` "
+                       "stops it") from None
+    runner = None
+    try:
+        setup_logging(folder.path)
+        stop = StopControl(folder.path)
+        stop.install()
+        if existing:
+            config, harness_bytes = _resume_config(options, folder, workspace)
+            check_runner(config.runner)
+        if options.agent:
+            agent_name, why = options.agent, "chosen with --agent"
+        elif existing:
+            agent_name, why = config.agent, "the agent this run started with"
+            agent_kinds.restore_options(options.agent_args, config.agent_options)
+        else:
+            agent_name, why = default_agent(environ)
+        options.agent_args.agent = agent_name
+        try:  # before anything is created: a misconfigured agent leaves no half-made run behind
+            agent = agent_factory(options.agent_args, folder.path)
+        except Exception as exc:
+            raise RunError(f"cannot start the {agent_name} agent: {exc}") from None
+        if existing:
+            log.info("resuming run %s (%s) in %s", tag, config.env_id, workspace.path)
+        else:
+            config, harness_bytes = _new_config(options, tag, root, folder, workspace, agent_name)
+            log.info("new run %s: %s, budget %ss, %d eval episodes; worktree %s on branch %s", tag,
+                     config.env_id, config.budget_s, config.eval_episodes, workspace.path, workspace.branch)
+        log.info("agent: %s (%s); runner: %s, %d candidate(s) per round", agent_name, why, config.runner,
+                 config.parallel)
+        journal = InFlight(folder.path)
+        factory = options.runner_factory or make_runner
+        runner = factory(config, folder, workspace, stop, journal, harness_bytes)
+        run = Run(config, folder, workspace, options.limits, stop, runner, journal, agent, harness_bytes)
+        if existing:
+            run.recover()
+        if run.run_baseline():
+            reason = run.loop()
+        else:
+            reason = f"stopped ({stop.reason})"
+        run.workspace.reset_to(run.best_commit)
+        log.info("run %s ended: %s; %s", tag, reason, run.summary_line())
+        log.info("results: %s; branch %s is at the best commit", run.results.path, workspace.branch)
+        return 0
+    except BaseException:
+        if created and not folder.config.exists():  # a new run that never started
+            lock.release()
+            shutil.rmtree(folder.path, ignore_errors=True)
+        raise
+    finally:
+        progress.active = False
+        if runner is not None:
+            runner.close()
+        lock.release()
+
+
+# Agents that write code alternate translating the env and training; optuna only tunes train.py.
+CODE_WRITING_AGENTS = ("anthropic", "command")
+DEFAULT_PHASES, DEFAULT_SCHEDULE = "translate,train", "translate:1,train:4"
+
+
+def schedule_for(options: Options, agent_name: Optional[str] = None) -> list[str]:
+    phases, schedule = options.phases, options.schedule
+    if not phases and not schedule:
+        if agent_name in CODE_WRITING_AGENTS:
+            phases, schedule = DEFAULT_PHASES, DEFAULT_SCHEDULE
+    elif phases and not schedule and set(phases.replace(" ", "").split(",")) == {"translate", "train"}:
+        schedule = DEFAULT_SCHEDULE
+    try:
+        return parse_schedule(phases, schedule)
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+
+
+def _check_new_run(options: Options, root: Path) -> None:
+    check_env_id(options.env_id)
+    for required, why in ((HARNESS, "the trusted harness is needed to score experiments"),
+                          (TRAIN_SCRIPT, "nothing to train")):
+        if not (root / required).is_file():
+            raise RunError(f"{root / required} is missing: {why}")
+    schedule_for(options)
+    if options.runner == "modal" and not (root / "modal_app.py").is_file():
+        raise RunError(f"--runner modal needs {root / 'modal_app.py'}")
+
+
+def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, workspace: Workspace,
+                agent_name: str) -> tuple[RunConfig, bytes]:
+    harness_budget, harness_episodes = _harness_defaults(root)
+    budget = options.budget_s if options.budget_s is not None else harness_budget
+    if workspace.main_is_dirty():
+        log.warning("the main checkout has uncommitted changes; the run starts from its last commit")
+    schedule = schedule_for(options, agent_name)
+    base = workspace.create()
+    harness_bytes = (root / HARNESS).read_bytes()
+    folder.harness.write_bytes(harness_bytes)
+    config = RunConfig(
+        tag=tag, env_id=options.env_id, budget_s=budget,
+        grace_s=options.grace_s if options.grace_s is not None else max(30.0, 0.1 * budget),
+        eval_episodes=options.eval_episodes or harness_episodes,
+        eval_seed=secrets.randbelow(2**31 - 1_000_000), train_seeds=[1, 2], confirm_seed=2,
+        eval_timeout_s=options.eval_timeout_s, eval_workers=options.eval_workers, schedule=schedule,
+        main_root=str(root), worktree=str(workspace.path), branch=workspace.branch, base_commit=base,
+        harness_sha256=hashlib.sha256(harness_bytes).hexdigest(), created=utc_now(), agent=agent_name,
+        agent_options=agent_kinds.given_options(options.agent_args),
+        schedule_from_agent=agent_name == "replay" and not (options.phases or options.schedule),
+        runner=options.runner or "local", parallel=options.parallel or 1, runner_options=dict(options.runner_options),
+        repair_rounds=options.repair_rounds, target_speedup=options.target_speedup,
+        translate_patience=options.translate_patience, bench_seconds=options.bench_seconds)
+    config.save(folder.config)
+    ResultsFile(folder.results).create()
+    return config, harness_bytes
+
+
+def _harness_defaults(root: Path) -> tuple[float, int]:
+    """evaluate.py's TIME_BUDGET and NUM_EVAL_EPISODES, read in a separate process."""
+    code = "import evaluate; print(evaluate.TIME_BUDGET, evaluate.NUM_EVAL_EPISODES)"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                          env=scrubbed_env(), timeout=120)
+    try:
+        budget, episodes = proc.stdout.split()[-2:]
+        return float(budget), int(episodes)
+    except ValueError:
+        raise RunError(f"cannot read TIME_BUDGET from {root / HARNESS}: {proc.stderr.strip()[-300:]}") from None
+
+
+def _resume_config(options: Options, folder: RunFolder, workspace: Workspace) -> tuple[RunConfig, bytes]:
+    config = RunConfig.load(folder.config)
+    for flag, given, kept in (("--env", options.env_id, config.env_id),
+                              ("--budget", options.budget_s, config.budget_s),
+                              ("--eval-episodes", options.eval_episodes, config.eval_episodes)):
+        if given is not None and given != kept:
+            raise RunError(f"run {config.tag!r} was started with {flag} {kept}; a resumed run keeps it so its "
+                           f"scores stay comparable (start a new --tag to change it)")
+    harness_bytes = folder.harness.read_bytes()
+    if hashlib.sha256(harness_bytes).hexdigest() != config.harness_sha256:
+        raise RunError(f"{folder.harness} no longer matches the hash recorded in run.json; the run's "
+                       "scores cannot be trusted to continue (start a new --tag)")
+    changed = False
+    if options.phases or options.schedule:
+        config.schedule, changed = schedule_for(options), True
+    if options.parallel and options.parallel != config.parallel:
+        config.parallel, changed = options.parallel, True
+    if options.runner and options.runner != config.runner:
+        config.runner, changed = options.runner, True
+    if options.runner_options:
+        config.runner_options, changed = {**config.runner_options, **options.runner_options}, True
+    if changed:
+        config.save(folder.config)
+    workspace.ensure()
+    return config, harness_bytes
