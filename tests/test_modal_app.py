@@ -1,0 +1,326 @@
+"""modal_app.py and the Modal plumbing of the daemon, offline: the module imports without a network
+or a token, its CLI parses, its functions do their work through `.local()` (real train.py and
+evaluate.py subprocesses), a run folder goes to a volume folder and comes back with `pull`
+(through a fake volume with modal.Volume's listdir/read_file surface), and missing credentials
+are named in one line."""
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import subprocess
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import git
+import modal
+import pytest
+from modal.types import FileEntry, FileEntryType
+
+import modal_app
+from orchestrator.modal_support import (BUNDLE_NAME, check_modal_reachable, modal_credentials_problem,
+                                        write_branch_bundle)
+from orchestrator.pull import PullError, pull
+from tests.conftest import AUTORL_ROOT, PYTHON, tiny_train_py
+
+HARNESS = (AUTORL_ROOT / "evaluate.py").read_bytes()
+HARNESS_SHA = hashlib.sha256(HARNESS).hexdigest()
+MODAL_CLI = Path(PYTHON).parent / "modal"
+
+
+def offline_env(home: Path) -> dict:
+    """This environment without any Modal setting, with an empty HOME (so no ~/.modal.toml)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MODAL_")}
+    env["HOME"] = str(home)
+    return env
+
+
+def archive_of(repo: Path) -> bytes:
+    return subprocess.run(["git", "archive", "--format=tar.gz", "HEAD"], cwd=repo, capture_output=True,
+                          check=True).stdout
+
+
+@pytest.fixture
+def one_eval_worker(monkeypatch):
+    """Score in one process (a pool of spawned workers costs seconds here)."""
+    monkeypatch.setattr(modal_app, "_cpu_count", lambda: 1)
+
+
+# ---------------------------------------------------------------- import and CLI, offline
+def test_import_is_offline_and_fast(tmp_path):
+    started = time.monotonic()
+    proc = subprocess.run([PYTHON, "-c", "import modal_app"], cwd=AUTORL_ROOT, env=offline_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 0, proc.stderr
+    # The contract is < 5 s (about 1 s here); the bound is generous so a loaded machine cannot flake.
+    assert elapsed < 15, elapsed
+
+
+@pytest.mark.skipif(not MODAL_CLI.exists(), reason="the modal CLI is not installed next to this python")
+def test_modal_run_help_lists_the_options(tmp_path):
+    for ref, options in (("modal_app.py", ("--env-id", "--budget", "--seed", "--episodes", "--gpu", "--cpu")),
+                         ("modal_app.py::night", ("--env-id", "--tag", "--run-args", "--secret"))):
+        proc = subprocess.run([str(MODAL_CLI), "run", ref, "--help"], cwd=AUTORL_ROOT, env=offline_env(tmp_path),
+                              capture_output=True, text=True, timeout=60)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        for option in options:
+            assert option in proc.stdout, (ref, proc.stdout)
+
+
+def test_configured_overrides_gpu_and_cpu_without_network(monkeypatch):
+    monkeypatch.delenv(modal_app.FUNCTION_IDS_ENV, raising=False)
+    fns = modal_app.configured()
+    assert fns.train is modal_app.train_experiment and fns.evaluate is modal_app.evaluate_policy
+    fns = modal_app.configured(gpu="A100", cpu=4)
+    assert fns.train is not modal_app.train_experiment
+    assert fns.evaluate is modal_app.evaluate_policy
+    # In the night container the daemon finds the running app's functions by id (lazily: no call yet).
+    monkeypatch.setenv(modal_app.FUNCTION_IDS_ENV, '{"train_experiment": "fu-1", "evaluate_policy": "fu-2"}')
+    with modal_app.session(gpu="L4", cpu=2) as fns:
+        assert isinstance(fns.train, modal.Function) and isinstance(fns.evaluate, modal.Function)
+        assert fns.evaluate is not modal_app.evaluate_policy
+
+
+# ---------------------------------------------------------------- train_experiment / evaluate_policy
+def test_train_experiment_local_returns_a_policy_the_harness_scores(autorl_repo, monkeypatch, one_eval_worker):
+    train_py = tiny_train_py(BIAS=0.0) + (
+        "print(f\"saw_secret: {int('AUTORL_TEST_API_KEY' in os.environ)}\")\n"
+        "print(f\"budget_env: {os.environ['AUTORL_TIME_BUDGET']}\")\n"
+        "print(f\"extra: {os.environ.get('AUTORL_EXTRA', 'none')}\")\n")
+    repo = autorl_repo(train_py=train_py)
+    monkeypatch.setenv("AUTORL_TEST_API_KEY", "sk-not-for-candidates")
+    run = modal_app.train_experiment.local(archive=archive_of(repo), env_id="CartPole-v1", budget=10, seed=1,
+                                           extra_env={"AUTORL_EXTRA": "yes"})
+    assert run["returncode"] == 0 and not run["timed_out"], run["log"]
+    assert run["policy_name"] == "policy.pt" and run["policy"]
+    assert run["metrics"] == {"env_steps": 1000, "sps": 500, "saw_secret": 0, "budget_env": 10, "extra": "yes"}
+    assert run["wall_s"] > 0
+
+    result = modal_app.evaluate_policy.local(HARNESS, HARNESS_SHA, run["policy"], "CartPole-v1", 123, 4,
+                                             run["policy_name"])
+    assert result["mean"] == 500.0 and result["episodes"] == 4 and len(result["returns"]) == 4
+    assert {"std", "se", "iqm", "min", "max"} <= set(result)
+
+    with pytest.raises(modal_app.HarnessRefused):
+        modal_app.evaluate_policy.local(HARNESS + b"\n# tampered\n", HARNESS_SHA, run["policy"], "CartPole-v1",
+                                        123, 4)
+    with pytest.raises(modal_app.HarnessFailed, match="CartPole-v1|policy|artifact|load"):
+        modal_app.score_policy(HARNESS, HARNESS_SHA, b"not a policy", "CartPole-v1", 123, 4, workers=1)
+
+
+def test_one_experiment_trains_head_and_scores_it_with_the_checkouts_harness(autorl_repo, one_eval_worker):
+    """What `modal run modal_app.py` does, with the functions run by .local() instead of .remote()."""
+    repo = autorl_repo(train_py=tiny_train_py(BIAS=0.5))
+    local = modal_app.ModalFunctions(SimpleNamespace(remote=modal_app.train_experiment.local),
+                                     SimpleNamespace(remote=modal_app.evaluate_policy.local))
+    outcome = modal_app.one_experiment(local, repo, "CartPole-v1", 5, 1, 3)
+    assert outcome["train"]["metrics"]["env_steps"] == 1000
+    assert 100 < outcome["score"]["mean"] < 500 and outcome["score"]["seed"] == outcome["eval_seed"]
+
+
+def test_train_experiment_is_killed_at_budget_plus_grace(autorl_repo):
+    repo = autorl_repo(train_py=tiny_train_py(SLEEP=120.0))
+    run = modal_app.train_experiment.local(archive_of(repo), "CartPole-v1", 1, 1, grace=1)
+    assert run["timed_out"] and run["policy"] is None and run["policy_name"] is None
+    assert run["wall_s"] < 30
+
+
+def test_train_experiment_local_with_the_real_train_py(autorl_repo, one_eval_worker):
+    run = modal_app.train_experiment.local(archive=archive_of(autorl_repo()), env_id="CartPole-v1", budget=10,
+                                           seed=1)
+    assert run["returncode"] == 0, run["log"][-3000:]
+    assert run["metrics"]["env_steps"] > 0
+    assert run["policy"] and run["policy_name"] in ("policy.pt", "policy.pt2")
+    result = modal_app.evaluate_policy.local(HARNESS, HARNESS_SHA, run["policy"], "CartPole-v1", 7, 3,
+                                             run["policy_name"])
+    assert math.isfinite(result["mean"]) and result["min"] >= 1
+
+
+# ---------------------------------------------------------------- the volume: sync there, pull back
+class FakeVolume:
+    """modal.Volume's read surface over a local folder (the volume's mount in a container)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.reads: list[str] = []
+
+    def listdir(self, path: str, *, recursive: bool = False) -> list[FileEntry]:
+        base = self.root / path
+        if not base.exists():
+            raise FileNotFoundError(path)
+        paths = sorted(base.rglob("*") if recursive else base.iterdir())
+        return [FileEntry(path=p.relative_to(self.root).as_posix(),
+                          type=FileEntryType.FILE if p.is_file() else FileEntryType.DIRECTORY,
+                          mtime=int(p.stat().st_mtime), size=p.stat().st_size) for p in paths]
+
+    def read_file(self, path: str):
+        self.reads.append(path)
+        with open(self.root / path, "rb") as f:
+            while chunk := f.read(7):
+                yield chunk
+
+
+def make_run(repo: Path, tag: str) -> git.Repo:
+    """A run's traces as the daemon leaves them: branch, a discarded experiment's ref, run folder."""
+    r = git.Repo(repo)
+    r.git.checkout("-b", f"autorl/{tag}")
+    (repo / "candidate" / "train.py").write_text("# kept\n")
+    r.git.commit("-am", "exp 1: kept")
+    r.git.checkout("-b", "scratch")
+    (repo / "candidate" / "train.py").write_text("# discarded\n")
+    r.git.commit("-am", "exp 2: discarded")
+    r.git.update_ref(f"refs/autorl/{tag}/exp-0002", "HEAD")
+    r.git.checkout("main")
+    run = repo / "results" / tag
+    (run / "exp-0001").mkdir(parents=True)
+    (run / "results.tsv").write_text("exp\tstatus\n1\tkeep\n")
+    (run / "exp-0001" / "train.log").write_text("---\nenv_steps: 1000\n")
+    (run / "daemon.lock").write_text("123\n")
+    return r
+
+
+def test_sync_run_then_pull_recreates_the_run_elsewhere(autorl_repo, tmp_path):
+    source = autorl_repo(name="cloud")
+    cloud = make_run(source, "t1")
+    volume_dir = tmp_path / "volume"
+    copied = modal_app.sync_run(source, "t1", volume_dir)
+    assert sorted(copied) == [BUNDLE_NAME, "exp-0001/train.log", "results.tsv"]
+    assert not (volume_dir / "t1" / "daemon.lock").exists()
+    assert modal_app.sync_run(source, "t1", volume_dir) == [BUNDLE_NAME]  # unchanged files are not copied again
+
+    home = autorl_repo(name="home")
+    volume = FakeVolume(volume_dir)
+    results = pull("t1", home, volume=volume)
+    assert results == home / "results" / "t1"
+    assert (results / "results.tsv").read_text() == "exp\tstatus\n1\tkeep\n"
+    assert (results / "exp-0001" / "train.log").read_text() == "---\nenv_steps: 1000\n"
+    assert not (results / BUNDLE_NAME).exists()
+    mine = git.Repo(home)
+    assert mine.git.rev_parse("autorl/t1") == cloud.git.rev_parse("autorl/t1")
+    assert mine.git.rev_parse("refs/autorl/t1/exp-0002") == cloud.git.rev_parse("refs/autorl/t1/exp-0002")
+
+    # Another experiment later: only what changed is read again, and the branch moves on.
+    with open(source / "results" / "t1" / "results.tsv", "a") as f:
+        f.write("2\tdiscard\n")
+    cloud.git.checkout("autorl/t1")
+    (source / "candidate" / "train.py").write_text("# kept again\n")
+    cloud.git.commit("-am", "exp 3: kept")
+    cloud.git.checkout("main")
+    modal_app.sync_run(source, "t1", volume_dir)
+    volume.reads.clear()
+    pull("t1", home, volume=volume)
+    assert sorted(volume.reads) == ["t1/branch.bundle", "t1/results.tsv"]
+    assert (results / "results.tsv").read_text().endswith("2\tdiscard\n")
+    assert mine.git.rev_parse("autorl/t1") == cloud.git.rev_parse("autorl/t1")
+
+    with pytest.raises(PullError, match="no run 'nope'"):
+        pull("nope", home, volume=volume)
+
+
+def test_run_sync_copies_whenever_results_tsv_changes(autorl_repo, tmp_path):
+    repo = autorl_repo()
+    make_run(repo, "t2")
+    commits = []
+    sync = modal_app.RunSync(repo, "t2", tmp_path / "volume", lambda: commits.append(time.monotonic()),
+                             poll_s=0.05).start()
+    deadline = time.monotonic() + 10
+    while not commits and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert commits and (tmp_path / "volume" / "t2" / "results.tsv").exists()
+    with open(repo / "results" / "t2" / "results.tsv", "a") as f:
+        f.write("2\tdiscard\n")
+    while len(commits) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(commits) >= 2
+    assert (tmp_path / "volume" / "t2" / "results.tsv").read_text().endswith("2\tdiscard\n")
+    sync.stop()
+    assert len(commits) >= 3  # the final copy
+    assert write_branch_bundle(repo, "no-such-run", tmp_path / "x.bundle") is False
+
+
+def test_clone_bundle_and_restore_run_resume_a_night(autorl_repo, tmp_path):
+    repo = autorl_repo()
+    r = make_run(repo, "t3")
+    modal_app.sync_run(repo, "t3", tmp_path / "volume")
+    bundle = tmp_path / "checkout.bundle"
+    r.git.bundle("create", str(bundle), "HEAD", "--branches")
+    clone = modal_app.clone_bundle(bundle.read_bytes(), tmp_path / "night" / "autorl")
+    cloned = git.Repo(clone)
+    assert cloned.active_branch.name == "main" and cloned.head.commit.hexsha == r.head.commit.hexsha
+    assert cloned.git.rev_parse("autorl/t3") == r.git.rev_parse("autorl/t3")
+    assert not cloned.remotes
+    assert modal_app.restore_run(tmp_path / "volume" / "t3", clone, "t3")
+    assert (clone / "results" / "t3" / "results.tsv").read_text() == "exp\tstatus\n1\tkeep\n"
+    assert cloned.git.rev_parse("refs/autorl/t3/exp-0002") == r.git.rev_parse("refs/autorl/t3/exp-0002")
+    assert not modal_app.restore_run(tmp_path / "volume" / "other", clone, "other")
+
+
+def test_run_night_saves_the_run_to_the_volume_folder(autorl_repo, tmp_path, monkeypatch):
+    """A short night of the real daemon (local runner here, so no Modal): the volume folder ends with
+    the run folder, the branch bundle and the night's log; the same tag again is refused."""
+    repo = autorl_repo(train_py=tiny_train_py(BIAS=0.0))
+    bundle = tmp_path / "checkout.bundle"
+    git.Repo(repo).git.bundle("create", str(bundle), "HEAD", "--branches")
+    monkeypatch.setenv("PYTHONPATH", str(AUTORL_ROOT))  # the daemon's package (the temp checkout has none)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    commits = []
+    args = ("--runner local --max-experiments 0 --budget 2 --eval-episodes 3 --eval-workers 1 --grace 3 "
+            "--backoff 0.2")
+    volume_dir = tmp_path / "volume"
+    rc = modal_app.run_night(bundle.read_bytes(), "CartPole-v1", "n1", args, volume_dir,
+                             commit=lambda: commits.append(1), workdir=tmp_path / "night", poll_s=0.2)
+    assert rc == 0, (volume_dir / "n1" / "night.log").read_text()[-3000:]
+    saved = volume_dir / "n1"
+    assert "baseline" in (saved / "results.tsv").read_text()
+    assert (saved / BUNDLE_NAME).is_file() and (saved / "night.log").read_text()
+    assert not (saved / "daemon.lock").exists()
+    assert len(commits) >= 2  # after the baseline rows, and at the end
+    heads = git.Repo(repo).git.bundle("list-heads", str(saved / BUNDLE_NAME))
+    assert "refs/heads/autorl/n1" in heads
+
+    rc = modal_app.run_night(bundle.read_bytes(), "CartPole-v1", "n1", "--runner local", volume_dir,
+                             workdir=tmp_path / "night2")
+    assert rc == 2  # not without --resume
+
+
+def test_daemon_command():
+    cmd = modal_app.daemon_command("Pendulum-v1", "p1", "--until 07:00 --agent optuna")
+    assert cmd[1:] == ["-m", "orchestrator", "run", "--env", "Pendulum-v1", "--tag", "p1", "--runner", "modal",
+                       "--until", "07:00", "--agent", "optuna"]
+    assert modal_app.daemon_command("Pendulum-v1", "p1", "--runner local")[-2:] == ["--runner", "local"]
+    with pytest.raises(ValueError, match="--tag"):
+        modal_app.daemon_command("Pendulum-v1", "p1", "--tag other")
+
+
+# ---------------------------------------------------------------- credentials
+def test_missing_credentials_name_modal_token_new(tmp_path, monkeypatch):
+    for name in list(os.environ):
+        if name.startswith("MODAL_"):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    problem = modal_credentials_problem()
+    assert problem and "modal token new" in problem and "\n" not in problem
+    assert "modal token new" in (check_modal_reachable(5) or "")
+    with pytest.raises(PullError, match="modal token new"):
+        pull("t1", tmp_path)
+
+    assert modal_credentials_problem({"HOME": str(tmp_path), "MODAL_TOKEN_ID": "ak-1",
+                                      "MODAL_TOKEN_SECRET": "as-1"}) is None
+    (tmp_path / ".modal.toml").write_text('[me]\ntoken_id = "ak-1"\ntoken_secret = "as-1"\nactive = true\n')
+    assert modal_credentials_problem({"HOME": str(tmp_path)}) is None
+    assert "modal token new" in modal_credentials_problem({"HOME": str(tmp_path), "MODAL_PROFILE": "other"})
+
+
+def test_unreachable_modal_is_one_line_within_the_timeout(tmp_path):
+    env = offline_env(tmp_path) | {"MODAL_TOKEN_ID": "ak-test", "MODAL_TOKEN_SECRET": "as-test",
+                                   "MODAL_SERVER_URL": "http://127.0.0.1:9"}
+    code = "from orchestrator.modal_support import check_modal_reachable as c; print(c(2))"
+    started = time.monotonic()
+    proc = subprocess.run([PYTHON, "-c", code], cwd=AUTORL_ROOT, env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    line = proc.stdout.strip()
+    assert "modal token new" in line and "\n" not in line
+    assert time.monotonic() - started < 30
