@@ -59,14 +59,18 @@ def find_run_to_resume(results_root: Path, env_id: Optional[str]) -> Optional[st
     return max(candidates)[1] if candidates else None
 
 
-def make_runner(config: RunConfig, folder: RunFolder, workspace: Workspace, stop: StopControl, journal: InFlight,
-                harness_bytes: bytes) -> Runner:
-    settings = RunnerSettings(
+def runner_settings(config: RunConfig, folder: RunFolder) -> RunnerSettings:
+    return RunnerSettings(
         env_id=config.env_id, budget_s=config.budget_s, grace_s=config.grace_s,
         eval_episodes=config.eval_episodes, eval_seed=config.eval_seed, eval_timeout_s=config.eval_timeout_s,
         eval_workers=config.eval_workers, harness=folder.harness, harness_sha256=config.harness_sha256,
         verify_cache=folder.verify_cache, verify_timeout_s=config.verify_timeout_s,
         bench_seconds=config.bench_seconds)
+
+
+def make_runner(config: RunConfig, folder: RunFolder, workspace: Workspace, stop: StopControl, journal: InFlight,
+                harness_bytes: bytes) -> Runner:
+    settings = runner_settings(config, folder)
     if config.runner == "modal":
         from .runners.modal import ModalRunner
 
@@ -77,8 +81,8 @@ def make_runner(config: RunConfig, folder: RunFolder, workspace: Workspace, stop
     return LocalRunner(settings, workspace, stop.requested, journal, harness_bytes)
 
 
-def check_runner(name: str) -> None:
-    """Before anything is created: a Modal runner needs credentials and a reachable Modal."""
+def check_runner(name: str, root: Path) -> None:
+    """Before anything is created: a Modal runner needs modal_app.py, credentials and a reachable Modal."""
     if name != "modal":
         return
     from .modal_support import check_modal_reachable, modal_credentials_problem
@@ -86,6 +90,8 @@ def check_runner(name: str) -> None:
     problem = modal_credentials_problem() or check_modal_reachable(timeout_s=20)
     if problem:
         raise RunError(problem)
+    if not (root / "modal_app.py").is_file():
+        raise RunError(f"--runner modal needs {root / 'modal_app.py'}")
 
 
 def start(options: Options, agent_factory: Callable, environ: dict) -> int:
@@ -117,7 +123,8 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
                        f"folder; remove them (git worktree remove, git branch -D) or choose another --tag")
     if not existing:
         _check_new_run(options, root)
-        check_runner(options.runner or "local")
+        if options.runner_factory is None:  # a test's factory brings its own (fake) Modal
+            check_runner(options.runner or "local", root)
     created = not folder.path.exists()
     folder.path.mkdir(parents=True, exist_ok=True)
     lock = RunLock(folder.path)
@@ -133,7 +140,8 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
         stop.install()
         if existing:
             config, harness_bytes = _resume_config(options, folder, workspace)
-            check_runner(config.runner)
+            if options.runner_factory is None:
+                check_runner(config.runner, root)
         if options.agent:
             agent_name, why = options.agent, "chosen with --agent"
         elif existing:
@@ -205,8 +213,6 @@ def _check_new_run(options: Options, root: Path) -> None:
         if not (root / required).is_file():
             raise RunError(f"{root / required} is missing: {why}")
     schedule_for(options)
-    if options.runner == "modal" and not (root / "modal_app.py").is_file():
-        raise RunError(f"--runner modal needs {root / 'modal_app.py'}")
 
 
 def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, workspace: Workspace,

@@ -85,7 +85,7 @@ def autorl_repo(tmp_path):
     def make(train_py: str | None = None, files: dict[str, str] | None = None, name: str = "checkout") -> Path:
         root = tmp_path / name
         root.mkdir()
-        for item in ("evaluate.py", "program.md", "envs_fast", "pyproject.toml"):
+        for item in ("evaluate.py", "program.md", "envs_fast", "pyproject.toml", "modal_app.py"):
             _copy_if_present(item, root)
         (root / "candidate").mkdir()
         if train_py is None:

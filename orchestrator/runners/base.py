@@ -66,6 +66,7 @@ class EvalOutcome:
     interrupted: bool = False
     tampered: bool = False
     wall_s: float = 0.0
+    compute_usd: float = 0.0
 
 
 @dataclass
@@ -140,6 +141,7 @@ def train_failure(train: TrainOutcome, folder: ExpFolder, budget_s: float, grace
 
 def add_evaluation(m: Measurement, evaluation: EvalOutcome, folder: ExpFolder) -> Measurement:
     m.wall_s += evaluation.wall_s
+    m.compute_usd += evaluation.compute_usd
     m.evaluation = evaluation.result
     if evaluation.tampered:
         m.status, m.note = "invalid", evaluation.error
