@@ -17,10 +17,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
-LOCK_NAME = "daemon.lock"
-STOP_NAME = "STOP"
-STATE_NAME = "state.json"
-LOG_NAME = "daemon.log"
+from .results import RunFolder
+
+LOCK_NAME, STOP_NAME, STATE_NAME, LOG_NAME = RunFolder.LOCK, RunFolder.STOP, RunFolder.STATE, RunFolder.LOG
 
 log = logging.getLogger("autorl")
 

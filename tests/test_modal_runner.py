@@ -179,3 +179,14 @@ def test_price_table_override(tmp_path):
     assert ComputePrices.load(None).cost(3600, "H100", 0) == pytest.approx(3.95)
     with pytest.raises(ValueError, match="modal-price-table"):
         ComputePrices.load(str(tmp_path / "missing.json"))
+
+
+def test_pull_without_a_token_says_how_to_get_one(autorl_repo, tmp_path):
+    repo = autorl_repo(tiny_train_py())
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "MODAL_TOKEN_ID": "", "MODAL_TOKEN_SECRET": "", "MODAL_CONFIG_PATH": str(home / "none")}
+    result = run_daemon(repo, "pull", "--tag", "cloud", env=env, timeout=60)
+    assert result.returncode == 1 and "modal token new" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (repo / "results" / "cloud").exists()

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional
 
 import anthropic
 
+from orchestrator.results import ExpFolder, RunFolder
 from orchestrator.agents.base import AgentContext, AgentError, Outcome, Proposal
 from orchestrator.agents.errors import AgentConfigError
 from orchestrator.agents.pricing import PriceTable, PricingError, TokenUsage
@@ -127,7 +128,7 @@ class AnthropicAgent:
     # -- the Agent interface --------------------------------------------------------------------
 
     def propose(self, ctx: AgentContext) -> Proposal:
-        transcript = Transcript(Path(ctx.exp_dir) / "agent.jsonl")
+        transcript = Transcript(ExpFolder(ctx.exp_dir).transcript)
         system = system_prompt(ctx.program, ctx.phase)
         prompt = experiment_prompt(ctx)
         transcript.write(event="start", exp=ctx.exp, phase=ctx.phase, model=self.model,
@@ -239,7 +240,7 @@ class AnthropicAgent:
     def tell(self, ctx: AgentContext, outcome: Outcome) -> None:
         # Each experiment starts a fresh conversation; the outcome reaches the next one through
         # the results table. Record it next to the transcript for the human.
-        Transcript(Path(ctx.exp_dir) / "agent.jsonl").write(
+        Transcript(ExpFolder(ctx.exp_dir).transcript).write(
             event="outcome", status=outcome.status, score=outcome.score, best=outcome.best)
 
     # -- the API --------------------------------------------------------------------------------
@@ -326,7 +327,7 @@ class Transcript:
 
 def run_cost_so_far(run_dir: Path) -> float:
     """The agent cost already recorded in results.tsv (a torn last line is ignored)."""
-    path = Path(run_dir) / "results.tsv"
+    path = RunFolder(run_dir).results
     if not path.exists():
         return 0.0
     total = 0.0

@@ -27,6 +27,7 @@ from orchestrator.agents.base import AgentContext, AgentError, Outcome, Proposal
 from orchestrator.agents.errors import AgentConfigError
 from orchestrator.agents.prompt import command_prompt, one_line
 from orchestrator.processes import run_group, scrubbed_env
+from orchestrator.results import ExpFolder
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class CommandAgent:
     def propose(self, ctx: AgentContext) -> Proposal:
         exp_dir = Path(ctx.exp_dir)
         prompt = command_prompt(ctx)
-        prompt_file = exp_dir / "prompt.md"
+        prompt_file = ExpFolder(exp_dir).prompt
         prompt_file.write_text(prompt)
         if "{prompt}" in self.template and len(prompt.encode()) > MAX_PROMPT_ARG_BYTES:
             raise AgentError(f"the prompt ({len(prompt.encode())} bytes) is too long for one "
@@ -75,7 +76,7 @@ class CommandAgent:
         command = render(self.template, prompt_file, prompt)
         env = scrubbed_env({"PYTHONDONTWRITEBYTECODE": "1"})
         env.update({name: os.environ[name] for name in self.pass_env if name in os.environ})
-        stdout_path, stderr_path = exp_dir / "agent.log", exp_dir / "agent.err.log"
+        stdout_path, stderr_path = ExpFolder(exp_dir).agent_log, ExpFolder(exp_dir).agent_err
         log.info("agent: running %s (timeout %.0f s)", self.template, self.timeout_s)
         # A stop signal raised while the CLI runs still kills its group (run_group's finally).
         result = run_group(["bash", "-c", command], Path(ctx.worktree), env, stdout_path, self.timeout_s,

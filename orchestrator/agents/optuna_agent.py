@@ -20,6 +20,7 @@ from optuna.distributions import (BaseDistribution, CategoricalDistribution, Flo
                                   IntDistribution, distribution_to_json, json_to_distribution)
 from optuna.trial import TrialState
 
+from ..results import ResultsFile, RunFolder
 from .base import AgentContext, AgentError, Outcome, Proposal
 
 TRAIN_SCRIPT = "candidate/train.py"
@@ -150,7 +151,7 @@ class OptunaAgent:
         self.only = only
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.study = optuna.create_study(
-            study_name=STUDY_NAME, storage=f"sqlite:///{self.run_dir / 'optuna.db'}", direction="maximize",
+            study_name=STUDY_NAME, storage=f"sqlite:///{self.run_dir / RunFolder.OPTUNA}", direction="maximize",
             sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=5), load_if_exists=True)
         self.pending: dict[int, optuna.trial.Trial] = {}
         # Trials left running by a daemon that died: they will never be told, so fail them now.
@@ -188,9 +189,7 @@ class OptunaAgent:
 
     def _add_baseline_trial(self, constants: list[Constant], space: dict) -> None:
         """The baseline rows' mean as a completed trial: the sampler starts from what is known."""
-        from ..results import ResultsFile
-
-        scores = [r.score for r in ResultsFile(self.run_dir / "results.tsv").read()
+        scores = [r.score for r in ResultsFile(RunFolder(self.run_dir).results).read()
                   if r.status == "baseline" and r.score is not None]
         if not scores:
             return

@@ -19,8 +19,9 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Optional
 
 from orchestrator.processes import run_group, scrubbed_env
+from orchestrator.results import RunFolder
 
-NOTES_NAME = "notes.md"
+NOTES_NAME = RunFolder.NOTES
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".pytest_cache", ".mypy_cache"}
 MAX_READ_CHARS = 100_000
 MAX_LIST_ENTRIES = 400
