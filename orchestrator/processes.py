@@ -376,7 +376,9 @@ def run_group(
 
     `walls`: run inside the sandbox (`sandbox`, default Sandbox("auto"): unwalled where bubblewrap
     does not work). `output_dir` + `max_output_bytes`: cap what it writes there. `marker`: the
-    AUTORL_EXPERIMENT_ID to give it (default: a fresh one), for `kill_marked` after a crash.
+    AUTORL_EXPERIMENT_ID to give it (default: a fresh one; record it before spawning, for
+    `kill_marked` after a crash). Two run_group calls running at the same time must not share a
+    marker: the first to end kills what carries it.
     Whatever it started is dead when this returns (see the module docstring)."""
     if sandbox is not None and walls is None:
         raise ValueError("run_group: a sandbox needs walls")

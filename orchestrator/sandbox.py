@@ -51,9 +51,11 @@ class Walls:
     """One process's view of the filesystem and network inside the sandbox.
 
     Paths are bound at the same absolute path as outside, so environment variables such as
-    AUTORL_OUTPUT_DIR keep meaning the same directory. `cwd` must lie under a bound path."""
-    cwd: Path
-    read_only: Sequence[Path] = ()   # code snapshot, harness copy, artifact ...
+    AUTORL_OUTPUT_DIR keep meaning the same directory. `cwd` must lie under a bound path (or be
+    the private /tmp): to show a process one file of a folder (the harness copy in the run
+    folder), bind the file, not the folder."""
+    cwd: Path                        # under a bound path, or /tmp
+    read_only: Sequence[Path] = ()   # directories or single files: code snapshot, harness copy, artifact
     writable: Sequence[Path] = ()    # the output directory
     hidden: Sequence[Path] = ()      # never bound for the Python environment (checkout, run folder)
     network: bool = False
@@ -137,6 +139,7 @@ def _bwrap_argv(bwrap: str, cmd: list[str], walls: Walls) -> list[str]:
     def tmpfs(path: str) -> None:
         size = ["--size", str(int(walls.tmp_size))] if walls.tmp_size else []
         mounts.append((path, [*size, "--tmpfs", path]))
+        bound.append(path)
 
     for directory in SYSTEM_DIRS:
         if os.path.islink(directory):
@@ -161,7 +164,7 @@ def _bwrap_argv(bwrap: str, cmd: list[str], walls: Walls) -> list[str]:
     for path in walls.writable:
         bind("--bind", path)
     home = os.path.abspath(os.path.expanduser("~"))
-    if _depth(home) > 1 and not _under(home, [b for b in bound if b != "/"]) and not _under(home, ["/tmp"]):
+    if _depth(home) > 1 and not _under(home, bound):
         tmpfs(home)  # a private, empty $HOME for caches; binds below it come after (deeper)
     cwd = os.path.abspath(walls.cwd)
     if not _under(cwd, bound):

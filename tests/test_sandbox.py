@@ -305,6 +305,13 @@ def test_modes():
 def test_wrap_refuses_a_cwd_outside_the_walls(layout):
     with pytest.raises(ValueError, match="not under a bound path"):
         SANDBOX.wrap(["true"], Walls(cwd=layout["run_dir"], writable=[layout["out"]]))
+    # One file of a folder can be shown without the folder (the harness copy in the run folder).
+    harness = layout["run_dir"] / "evaluate.py"
+    harness.write_text("print(open(__file__).read().strip()); import os; print(sorted(os.listdir(os.path.dirname(__file__))))\n")
+    done = subprocess.run(SANDBOX.wrap([sys.executable, str(harness)], Walls(cwd=Path("/tmp"), read_only=[harness])),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "['evaluate.py']"
     argv = SANDBOX.wrap(["true"], walls_for(layout))
     assert argv[0].endswith("bwrap") and argv[-2:] == ["--", "true"]
     assert str(layout["run_dir"]) not in argv and str(layout["home"] / ".ssh") not in argv
