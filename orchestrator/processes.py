@@ -13,7 +13,8 @@ What "nothing outlives run_group" rests on, strongest first:
    scope), the command starts inside its own cgroup `autorl-<marker>` below the daemon's; at the
    end the cgroup is killed as a whole (`cgroup.kill`, else freeze and kill each member).
    Guaranteed against accidents (double-forked daemons, stray workers); code running as root
-   could still write itself into another cgroup.
+   could still write itself into another cgroup. Empty `autorl-*` cgroups a killed daemon left
+   are pruned after a minute (`prune_cgroups`).
 3. Always: every process is started with `AUTORL_EXPERIMENT_ID=<marker>` in its environment;
    at the end (and by `kill_marked(marker)` after a `kill -9` of the daemon) any process whose
    /proc/<pid>/environ carries the marker is killed, plus the descendants seen while polling.
@@ -56,6 +57,7 @@ MIN_SECRET_VALUE_LENGTH = 8
 # Every process run_group starts carries this variable; its value identifies the run_group call.
 MARKER_VAR = "AUTORL_EXPERIMENT_ID"
 CGROUP_PREFIX = "autorl-"
+STALE_CGROUP_S = 60.0  # an empty autorl-* cgroup older than this is a killed daemon's leftover
 OUTPUT_CHECK_INTERVAL_S = 0.5
 POLL_S = 0.2
 
@@ -189,6 +191,28 @@ def _remove_cgroup(cgroup: Path, wait_s: float = 5.0) -> None:
             time.sleep(0.02)
 
 
+def prune_cgroups(min_age_s: float = STALE_CGROUP_S) -> int:
+    """Remove empty `autorl-*` cgroups older than `min_age_s` that a killed daemon left behind
+    (a younger one may belong to a command another daemon is just starting). Returns how many."""
+    base = cgroup_base()
+    if base is None:
+        return 0
+    removed = 0
+    try:
+        entries = [e for e in os.scandir(base) if e.name.startswith(CGROUP_PREFIX) and e.is_dir()]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if time.time() - entry.stat().st_mtime < min_age_s or _cgroup_pids(Path(entry.path)):
+                continue
+            os.rmdir(entry.path)
+            removed += 1
+        except OSError:
+            continue
+    return removed
+
+
 def _cgroup_of(pid: int) -> Optional[Path]:
     mount = _cgroup2_mount()
     try:
@@ -281,6 +305,7 @@ def kill_marked(marker: str) -> int:
     for cgroup in cgroups:
         if cgroup is not None and cgroup.name == f"{CGROUP_PREFIX}{marker}":
             _remove_cgroup(cgroup)
+    prune_cgroups()
     return killed
 
 
@@ -313,6 +338,8 @@ def kill_orphaned_group(pgid: int, cwd_inside: list[Path], marker: Optional[str]
         killed = len(members)
     if marker:
         killed += kill_marked(marker)
+    else:
+        prune_cgroups()
     return killed
 
 
@@ -458,6 +485,7 @@ def run_group(
         if cgroup is not None:
             _kill_cgroup(cgroup)
             _remove_cgroup(cgroup)
+            prune_cgroups()
     if watch:
         output_bytes = tree_size(output_dir)
         exceeded = exceeded or output_bytes > max_output_bytes

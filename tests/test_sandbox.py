@@ -315,3 +315,21 @@ def test_wrap_refuses_a_cwd_outside_the_walls(layout):
     argv = SANDBOX.wrap(["true"], walls_for(layout))
     assert argv[0].endswith("bwrap") and argv[-2:] == ["--", "true"]
     assert str(layout["run_dir"]) not in argv and str(layout["home"] / ".ssh") not in argv
+
+
+def test_empty_cgroups_left_by_a_killed_daemon_are_pruned():
+    base = processes.cgroup_base()
+    if base is None:
+        pytest.skip("no writable cgroup v2 subtree here")
+    stale, fresh = base / f"{processes.CGROUP_PREFIX}test-stale", base / f"{processes.CGROUP_PREFIX}test-fresh"
+    try:
+        stale.mkdir()
+        fresh.mkdir()
+        old = time.time() - 2 * processes.STALE_CGROUP_S
+        os.utime(stale, (old, old))
+        processes.prune_cgroups()
+        assert not stale.exists() and fresh.exists()
+    finally:
+        for cgroup in (stale, fresh):
+            if cgroup.exists():
+                cgroup.rmdir()
