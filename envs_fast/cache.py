@@ -77,8 +77,13 @@ def record_key(spec: str, env_id: str) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
+def record_name(kind: str, spec: str, env_id: str) -> str:
+    """The file name of a record ("verdict" or "bench") in any cache directory."""
+    return f"{kind}-{record_key(spec, env_id)}.json"
+
+
 def _path(kind: str, spec: str, env_id: str) -> Path:
-    return cache_dir() / f"{kind}-{record_key(spec, env_id)}.json"
+    return cache_dir() / record_name(kind, spec, env_id)
 
 
 def _write(path: Path, record: dict) -> None:

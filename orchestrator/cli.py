@@ -75,6 +75,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="modal: CPU cores of a training container, for env stepping (default 8)")
     where.add_argument("--modal-price-table", metavar="FILE.json",
                        help="modal: USD per second per GPU type and per CPU core (default: built-in table)")
+    walls = run.add_argument_group("walls around candidate code")
+    walls.add_argument("--sandbox", choices=("auto", "require", "off"),
+                       help="bubblewrap sandbox for train/eval/verify/bench and the agent's run tool: auto (default; "
+                            "used where available), require (refuse to run without), off (debugging; recorded)")
+    walls.add_argument("--max-output-mb", type=_positive_float, metavar="MB",
+                       help="what one experiment may write into AUTORL_OUTPUT_DIR (default 1024); past it: crash")
     add_agent_arguments(run)
     phases = run.add_argument_group("phases")
     phases.add_argument("--phases", help="phases to run: translate,train (default for the anthropic and command "
@@ -167,6 +173,7 @@ def _run(args) -> int:
             repair_rounds=args.repair_rounds, target_speedup=args.target_speedup,
             translate_patience=args.translate_patience, bench_seconds=args.bench_seconds,
             runner=args.runner, parallel=args.parallel, runner_options=_runner_options(args),
+            sandbox=args.sandbox, max_output_mb=args.max_output_mb,
             repo=args.repo, agent_args=args)
         return start(options, make_agent, dict(os.environ))
     except (RunError, WorkspaceError) as exc:

@@ -46,6 +46,9 @@ class RunConfig:
     runner: str = "local"
     parallel: int = 1
     runner_options: dict = field(default_factory=dict)   # modal: gpu, cpu, price table
+    # walls around candidate code
+    sandbox: str = "auto"                 # auto / require / off (recorded: a run with off says so)
+    max_output_mb: float = 1024.0         # what an experiment may write into AUTORL_OUTPUT_DIR
     # translate phase
     repair_rounds: int = 3
     target_speedup: float = 100.0
@@ -96,6 +99,8 @@ class Options:
     runner: Optional[str] = None              # local (default) or modal; a resume keeps the run's
     parallel: Optional[int] = None            # candidates per round (default 1)
     runner_options: dict = field(default_factory=dict)
+    sandbox: Optional[str] = None             # auto (default) / require / off
+    max_output_mb: Optional[float] = None     # default 1024
     limits: Limits = field(default_factory=Limits)
     repo: Optional[Path] = None
     agent_args: object = None                 # the argparse namespace, for the agent factory

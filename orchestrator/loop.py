@@ -21,6 +21,7 @@ from .agents.base import AgentContext, NoMoreProposals, Outcome, Proposal
 from .artifacts import TRAIN_SCRIPT
 from .config import BASELINE_RUNS, Limits, RunConfig, RunError
 from .daemon import StopControl, StopRequested, log
+from .disk import DiskSpace, is_disk_full
 from .inflight import InFlight, recorded
 from .phases import PHASES, Incumbent, Phase, Repair, TrainPhase, TranslatePhase, TranslateTrial, Verdict
 from .results import ExpFolder, ResultsFile, Row, RunFolder, compact_table, summarize
@@ -63,6 +64,7 @@ class Run:
         self._warned_main_harness = False
         self.best_score: Optional[float] = None
         self.best_commit = config.base_commit
+        self.disk = DiskSpace(folder.path, journal.set_waiting, stop.requested, stop.sleep)
         self._load_best()
 
     # ------------------------------------------------------------ derived state
@@ -90,15 +92,22 @@ class Run:
         return sum(r.cost_usd for r in self.rows()) + self.pending_cost
 
     def append(self, row: Row) -> None:
-        """fsync'd append; a moment of full disk is waited out rather than losing the row."""
+        """fsync'd append of a whole line or nothing; a full disk is waited out rather than losing
+        the row. A stop while waiting re-raises: the experiment stays in state.json, and a
+        `--resume` records it as interrupted."""
         delay = 1.0
         while True:
             try:
                 self.results.append(row)
+                if delay > 1.0:
+                    self.journal.set_waiting(None)
                 return
             except OSError as exc:
                 log.error("cannot write results.tsv (%s); retrying in %.0fs", exc, delay)
-                time.sleep(delay)
+                if is_disk_full(exc):
+                    self.disk._announce(f"waiting for disk space on {self.folder.path} to write results.tsv")
+                if not self.stop.sleep(delay):
+                    raise
                 delay = min(delay * 2, 60.0)
 
     # ------------------------------------------------------------ resume
@@ -148,7 +157,7 @@ class Run:
                 log.info("baseline: %s (noise estimate %.3f)", ", ".join(f"{r.score:.3f}" for r in done),
                          self.noise)
                 return True
-            if self.stop.requested():
+            if self.stop.requested() or not self.disk.wait():
                 return False
             seed = self.config.train_seeds[index]
             folder = self.folder.exp(0).run(index + 1)
@@ -227,7 +236,8 @@ class Run:
             program=program.read_text() if program.exists() else "",
             allowed_paths=phase.allowed_paths(self.config.env_id), results_table=compact_table(self.rows()),
             last_failure=self.last_failure, repair_round=repair_round,
-            notes_path=self.folder.notes, round_peers=list(peers or []))
+            notes_path=self.folder.notes, round_peers=list(peers or []), sandbox=self.config.sandbox,
+            main_root=Path(self.config.main_root))
 
     def propose(self, ctx: AgentContext) -> Proposal:
         """The agent's turn; a stop request interrupts it (StopRequested)."""
@@ -472,6 +482,8 @@ class Run:
             reason = self.stop_reason()
             if reason:
                 return reason
+            if not self.disk.wait():
+                continue  # stopped while waiting for space
             exp = self.next_exp()
             try:
                 if self.needs_rebaseline():
@@ -489,10 +501,15 @@ class Run:
                 self.journal.clear()
                 return f"the agent has no more proposals ({exc})" if str(exc) else "the agent has no more proposals"
             except Exception as exc:  # a daemon-side failure (disk, git): log, back off, go on
-                log.exception("exp %d failed inside the daemon: %s", exp, exc)
                 for record in list(self.journal.records.values()):
                     if record.get("commit"):
                         self.workspace.keep_ref(record["exp"], record["commit"])
+                if is_disk_full(exc):  # not the experiment's fault: wait for space, then retry it
+                    log.error("exp %d: the disk is full (%s)", exp, exc)
+                    self.journal.records.clear()
+                    self.disk.wait()
+                    continue
+                log.exception("exp %d failed inside the daemon: %s", exp, exc)
                 self.journal.clear()
                 self.agent_failures += 1
                 delay = min(self.limits.backoff_cap_s, self.limits.backoff_base_s * 2 ** (self.agent_failures - 1))

@@ -134,10 +134,19 @@ class ResultsFile:
         self._write_durably(row.to_line())
 
     def _write_durably(self, text: str) -> None:
+        """Append all of `text` or nothing: a write cut short (a full disk) is truncated away."""
+        data = text.encode("utf-8")
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, text.encode("utf-8"))
-            os.fsync(fd)
+            before = os.fstat(fd).st_size
+            try:
+                written = 0
+                while written < len(data):
+                    written += os.write(fd, data[written:])
+                os.fsync(fd)
+            except OSError:
+                os.ftruncate(fd, before)
+                raise
         finally:
             os.close(fd)
 

@@ -62,6 +62,8 @@ class Walls:
     python: bool = True              # bind the running Python environment read-only
     gpu: bool = True                 # pass /dev/nvidia* through when present
     tmp_size: Optional[int] = None   # bytes for each private tmpfs (/tmp, /dev/shm, $HOME)
+    masked: Sequence[Path] = ()      # shown as empty private folders, also inside a bound path
+    home: bool = False               # bind the user's $HOME (writable) instead of an empty one
     env: dict = field(default_factory=dict)  # variables set inside (bwrap --setenv)
 
 
@@ -164,8 +166,14 @@ def _bwrap_argv(bwrap: str, cmd: list[str], walls: Walls) -> list[str]:
     for path in walls.writable:
         bind("--bind", path)
     home = os.path.abspath(os.path.expanduser("~"))
-    if _depth(home) > 1 and not _under(home, bound):
+    if walls.home and _depth(home) > 1:
+        bind("--bind", home)  # a coding CLI keeps its login there (the command agent)
+    elif _depth(home) > 1 and not _under(home, bound):
         tmpfs(home)  # a private, empty $HOME for caches; binds below it come after (deeper)
+    for path in walls.masked:
+        path = os.path.abspath(path)
+        if os.path.isdir(path):
+            mounts.append((path, ["--tmpfs", path]))  # empty; what is written there vanishes
     cwd = os.path.abspath(walls.cwd)
     if not _under(cwd, bound):
         raise ValueError(f"sandbox: the working directory {cwd} is not under a bound path")

@@ -18,11 +18,13 @@ from . import agents as agent_kinds
 from .artifacts import TRAIN_SCRIPT
 from .config import Options, RunConfig, RunError, check_tag, default_tag
 from .daemon import LockHeld, RunLock, StopControl, log, progress, setup_logging
+from .disk import NIGHT_OF_CAPS, free_mb
 from .inflight import InFlight
 from .loop import Run
 from .phases import parse_schedule
 from .processes import scrubbed_env
 from .results import ResultsFile, RunFolder, utc_now
+from .sandbox import Sandbox, SandboxUnavailable
 from .runners import Runner, RunnerSettings
 from .workspace import Workspace, repo_root
 
@@ -65,7 +67,7 @@ def runner_settings(config: RunConfig, folder: RunFolder) -> RunnerSettings:
         eval_episodes=config.eval_episodes, eval_seed=config.eval_seed, eval_timeout_s=config.eval_timeout_s,
         eval_workers=config.eval_workers, harness=folder.harness, harness_sha256=config.harness_sha256,
         verify_cache=folder.verify_cache, verify_timeout_s=config.verify_timeout_s,
-        bench_seconds=config.bench_seconds)
+        bench_seconds=config.bench_seconds, max_output_mb=config.max_output_mb, sandbox=config.sandbox)
 
 
 def make_runner(config: RunConfig, folder: RunFolder, workspace: Workspace, stop: StopControl, journal: InFlight,
@@ -92,6 +94,14 @@ def check_runner(name: str, root: Path) -> None:
         raise RunError(problem)
     if not (root / "modal_app.py").is_file():
         raise RunError(f"--runner modal needs {root / 'modal_app.py'}")
+
+
+def check_sandbox(mode: str) -> None:
+    """`--sandbox require` where bubblewrap cannot run: refuse before anything is created."""
+    try:
+        Sandbox(mode)
+    except SandboxUnavailable as exc:
+        raise RunError(f"{exc} (install bubblewrap, or run with --sandbox auto to go on without walls)") from None
 
 
 def start(options: Options, agent_factory: Callable, environ: dict) -> int:
@@ -123,6 +133,7 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
                        f"folder; remove them (git worktree remove, git branch -D) or choose another --tag")
     if not existing:
         _check_new_run(options, root)
+        check_sandbox(options.sandbox or "auto")
         if options.runner_factory is None:  # a test's factory brings its own (fake) Modal
             check_runner(options.runner or "local", root)
     created = not folder.path.exists()
@@ -140,6 +151,7 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
         stop.install()
         if existing:
             config, harness_bytes = _resume_config(options, folder, workspace)
+            check_sandbox(config.sandbox)
             if options.runner_factory is None:
                 check_runner(config.runner, root)
         if options.agent:
@@ -162,6 +174,8 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
                      config.env_id, config.budget_s, config.eval_episodes, workspace.path, workspace.branch)
         log.info("agent: %s (%s); runner: %s, %d candidate(s) per round", agent_name, why, config.runner,
                  config.parallel)
+        log.info("%s", Sandbox(config.sandbox).describe())
+        _warn_if_disk_is_short(folder, config)
         journal = InFlight(folder.path)
         factory = options.runner_factory or make_runner
         runner = factory(config, folder, workspace, stop, journal, harness_bytes)
@@ -236,11 +250,22 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
         agent_options=agent_kinds.given_options(options.agent_args),
         schedule_from_agent=agent_name == "replay" and not (options.phases or options.schedule),
         runner=options.runner or "local", parallel=options.parallel or 1, runner_options=dict(options.runner_options),
+        sandbox=options.sandbox or "auto",
+        max_output_mb=options.max_output_mb if options.max_output_mb is not None else 1024.0,
         repair_rounds=options.repair_rounds, target_speedup=options.target_speedup,
         translate_patience=options.translate_patience, bench_seconds=options.bench_seconds)
     config.save(folder.config)
     ResultsFile(folder.results).create()
     return config, harness_bytes
+
+
+def _warn_if_disk_is_short(folder: RunFolder, config: RunConfig) -> None:
+    need = NIGHT_OF_CAPS * config.max_output_mb
+    free = free_mb(folder.path)
+    if free < need:
+        log.warning("only %.0f MB free on %s: a night needs room for a few experiments' outputs (%d x "
+                    "--max-output-mb %g = %.0f MB); the daemon waits whenever the disk is full", free, folder.path,
+                    NIGHT_OF_CAPS, config.max_output_mb, need)
 
 
 def _harness_defaults(root: Path) -> tuple[float, int]:
@@ -276,6 +301,11 @@ def _resume_config(options: Options, folder: RunFolder, workspace: Workspace) ->
         config.runner, changed = options.runner, True
     if options.runner_options:
         config.runner_options, changed = {**config.runner_options, **options.runner_options}, True
+    for name in ("sandbox", "max_output_mb"):
+        given = getattr(options, name)
+        if given is not None and given != getattr(config, name):
+            setattr(config, name, given)
+            changed = True
     if changed:
         config.save(folder.config)
     workspace.ensure()

@@ -146,3 +146,30 @@ def read_results(repo: Path, tag: str):
     import pandas as pd
 
     return pd.read_csv(repo / "results" / tag / "results.tsv", sep="\t", dtype={"commit": str})
+
+
+def processes_of(out_dir: Path) -> list:
+    """The live processes of a train run, found by the AUTORL_OUTPUT_DIR they inherit (inside the
+    sandbox's PID namespace a train run cannot tell its real pids)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("AUTORL_OUTPUT_DIR") == str(out_dir) and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def all_dead(procs: list) -> bool:
+    import psutil
+
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                return False
+        except psutil.Error:
+            continue
+    return True

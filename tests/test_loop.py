@@ -1,6 +1,9 @@
 """One replay night through every status: keep, discard and its ref, crash, timeout, invalid
 (forbidden path, syntax error), a fake score, a train.py that rewrites evaluate.py, one that
-tampers with the run's harness copy; and no secret reaches train.py."""
+tampers with the run's harness copy; and no secret reaches train.py.
+
+It runs with `--sandbox off`: these are the daemon's own defences, which hold where no sandbox
+is available (macOS); tests/test_walls.py shows the same attacks failing inside the sandbox."""
 from __future__ import annotations
 
 import hashlib
@@ -8,9 +11,8 @@ import json
 import os
 
 import git
-import psutil
 
-from tests.conftest import FAST, TINY_TRAIN_PY, read_results, run_daemon, tiny_train_py, write_replay
+from tests.conftest import FAST, TINY_TRAIN_PY, processes_of, read_results, run_daemon, tiny_train_py, write_replay
 
 TAG = "night"
 CANARY = "canary-secret-8f2d61"
@@ -24,7 +26,7 @@ DUMP_ENV = """
 import json as _json
 _out = Path(os.environ["AUTORL_OUTPUT_DIR"])
 _out.mkdir(parents=True, exist_ok=True)
-(_out / "env.json").write_text(_json.dumps(dict(os.environ)))
+print("ENV_DUMP " + _json.dumps(dict(os.environ)), flush=True)
 (Path.cwd() / "scratch.txt").write_text("left behind by a train run")  # must not taint exp 2
 """
 
@@ -90,7 +92,7 @@ def test_replay_night_covers_every_status(autorl_repo, tmp_path):
     secrets = {"AUTORL_TEST_API_KEY": CANARY, "INNOCENT_LOOKING": CANARY,
                "ANTHROPIC_BASE_URL": "http://127.0.0.1:9/canary-base-url"}
     result = run_daemon(repo, "run", "--env", "CartPole-v1", "--tag", TAG, "--agent", "replay",
-                        "--replay-dir", str(replay), "--budget", "2", *FAST, env=secrets)
+                        "--replay-dir", str(replay), "--budget", "2", "--sandbox", "off", *FAST, env=secrets)
     assert result.returncode == 0, result.stdout + result.stderr
 
     rows = read_results(repo, TAG)
@@ -144,15 +146,17 @@ def test_replay_night_covers_every_status(autorl_repo, tmp_path):
     assert (run_dir / "exp-0003" / "failure.txt").read_text().count("deliberate crash") >= 1
 
     # No secret reached train.py; its own variables did.
-    env = json.loads((exp1 / "out" / "env.json").read_text())
+    dump = next(line for line in (exp1 / "train.log").read_text().splitlines() if line.startswith("ENV_DUMP "))
+    env = json.loads(dump[len("ENV_DUMP "):])
     assert env["AUTORL_TIME_BUDGET"] == "2" and env["AUTORL_ENV_ID"] == "CartPole-v1"
     assert env["AUTORL_SEED"] == "1" and env["AUTORL_OUTPUT_DIR"] == str(exp1 / "out")
     assert CANARY not in json.dumps(env) and "canary-base-url" not in json.dumps(env)
     assert "AUTORL_TEST_API_KEY" not in env and "ANTHROPIC_BASE_URL" not in env
 
     # The hung train run's grandchild was killed with its group.
-    for pid in (run_dir / "exp-0004" / "out" / "grandchild.pid").read_text().split():
-        assert not psutil.pid_exists(int(pid)) or psutil.Process(int(pid)).status() == psutil.STATUS_ZOMBIE
+    assert processes_of(run_dir / "exp-0004" / "out") == []
+    # Only the policy artifact stays in an experiment's output folder.
+    assert sorted(p.name for p in (exp1 / "out").iterdir()) == ["policy.pt"]
 
     # The log says what happened, one line per event.
     log_text = (run_dir / "daemon.log").read_text()

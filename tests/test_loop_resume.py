@@ -8,15 +8,21 @@ import signal
 import time
 
 import git
-import psutil
 
-from tests.conftest import FAST, TINY_TRAIN_PY, read_results, run_daemon, start_daemon, tiny_train_py, write_replay
+from tests.conftest import (FAST, TINY_TRAIN_PY, all_dead, processes_of, read_results, run_daemon, start_daemon,
+                            tiny_train_py, write_replay)
 
 TAG = "crashy"
 
+# A child in the group, and a daemon that double-forks out of it (setsid, reparented to init).
 HANG_WITH_GRANDCHILD = tiny_train_py(BIAS=0.5).replace("out = Path(", """\
 import subprocess
 _child = subprocess.Popen(["sleep", "600"])
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(600)
+    os._exit(0)
 Path(os.environ["AUTORL_OUTPUT_DIR"]).mkdir(parents=True, exist_ok=True)
 (Path(os.environ["AUTORL_OUTPUT_DIR"]) / "pids").write_text(f"{os.getpid()} {_child.pid}")
 time.sleep(600)
@@ -24,7 +30,7 @@ out = Path(""", 1)
 
 
 def wait_for_training(run_dir, exp, proc, timeout=90):
-    """Until exp is in its train run and the train process has written its pids."""
+    """Until exp is in its train run and has started its processes; returns them (psutil)."""
     deadline = time.time() + timeout
     pids = run_dir / f"exp-{exp:04d}" / "out" / "pids"
     while time.time() < deadline:
@@ -32,16 +38,10 @@ def wait_for_training(run_dir, exp, proc, timeout=90):
         state = json.loads((run_dir / "state.json").read_text()) if (run_dir / "state.json").exists() else {}
         in_flight = {record["exp"]: record for record in state.get("in_flight") or []}
         if in_flight.get(exp, {}).get("stage") == "train" and pids.exists():
-            return [int(p) for p in pids.read_text().split()]
+            time.sleep(0.3)  # the double-forked daemon is up
+            return processes_of(pids.parent)
         time.sleep(0.2)
     raise AssertionError(f"exp {exp} never started training")
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_lock_kill_9_resume_status_and_stop(autorl_repo, tmp_path):
@@ -54,7 +54,8 @@ def test_lock_kill_9_resume_status_and_stop(autorl_repo, tmp_path):
     args = ("run", "--env", "CartPole-v1", "--tag", TAG, "--agent", "replay", "--replay-dir", str(replay),
             "--budget", "120", *FAST)
     daemon = start_daemon(repo, *args)
-    train_pid, grandchild = wait_for_training(run_dir, 1, daemon)
+    started = wait_for_training(run_dir, 1, daemon)
+    assert len(started) >= 3, started  # train.py, its child, the escaped daemon
 
     # A second daemon on the same tag exits at once, naming the running pid.
     second = run_daemon(repo, *args, "--resume", timeout=60)
@@ -69,7 +70,7 @@ def test_lock_kill_9_resume_status_and_stop(autorl_repo, tmp_path):
     # kill -9 of the daemon mid-training leaves an orphaned train process group.
     os.kill(daemon.pid, signal.SIGKILL)
     daemon.wait(timeout=10)
-    assert alive(train_pid) and alive(grandchild)
+    # (Inside the sandbox they die with the daemon already; without it they wait for the resume.)
     assert read_results(repo, TAG)["status"].tolist() == ["baseline", "baseline"]
     text_before = (run_dir / "results.tsv").read_text()
     assert "not running" in run_daemon(repo, "status", "--tag", TAG, timeout=60).stdout
@@ -77,7 +78,7 @@ def test_lock_kill_9_resume_status_and_stop(autorl_repo, tmp_path):
     # --resume records exp 1 interrupted, kills the orphans, and goes on with exp 2.
     resumed = start_daemon(repo, "run", "--tag", TAG, "--resume")  # same agent and options as at the start
     wait_for_training(run_dir, 2, resumed)
-    assert not alive(train_pid) and not alive(grandchild)
+    assert all_dead(started), "resume kills what the killed daemon's experiment left, however it detached"
     rows = read_results(repo, TAG)
     assert rows["exp"].tolist() == [0, 0, 1]
     assert rows["status"].tolist() == ["baseline", "baseline", "interrupted"]
@@ -86,14 +87,15 @@ def test_lock_kill_9_resume_status_and_stop(autorl_repo, tmp_path):
     assert main.commit(f"refs/autorl/{TAG}/exp-0001").message.strip() == "hangs, then the daemon is killed"
 
     # stop: the experiment in flight is aborted and recorded; the daemon exits cleanly.
-    train_pid, grandchild = [int(p) for p in (run_dir / "exp-0002" / "out" / "pids").read_text().split()]
+    started = processes_of(run_dir / "exp-0002" / "out")
+    assert len(started) >= 3, started
     stop = run_daemon(repo, "stop", "--tag", TAG, timeout=120)
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert resumed.wait(timeout=30) == 0
     output = resumed.stdout.read()
     assert "resuming run" in output and "interrupted" in output
     assert "agent: replay (the agent this run started with)" in output
-    assert not alive(train_pid) and not alive(grandchild)
+    assert all_dead(started), "stop kills the experiment's processes, however they detached"
     rows = read_results(repo, TAG)
     assert rows["status"].tolist() == ["baseline", "baseline", "interrupted", "interrupted"]
     assert rows["exp"].tolist() == [0, 0, 1, 2]

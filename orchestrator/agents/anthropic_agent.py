@@ -140,7 +140,8 @@ class AnthropicAgent:
             toolbox=Toolbox(ctx.worktree, ctx.allowed_paths, notes_path=ctx.notes_path,
                             scratch_dir=Path(ctx.exp_dir) / "agent_scratch",
                             max_run_timeout_s=self.run_timeout_s,
-                            extra_env={"AUTORL_ENV_ID": ctx.env_id}),
+                            extra_env={"AUTORL_ENV_ID": ctx.env_id}, sandbox=ctx.sandbox,
+                            hidden=tuple(p for p in (ctx.main_root, ctx.run_dir) if p)),
             transcript=transcript,
             spent_before=run_cost_so_far(ctx.run_dir),
         )

@@ -26,6 +26,8 @@ class AgentContext:
     repair_round: int = 0           # translate phase: 0 = first proposal, K = repair round K
     notes_path: Optional[Path] = None   # results/<tag>/notes.md, the agent's own notes
     round_peers: list[str] = field(default_factory=list)  # --parallel: what the others of the round try
+    sandbox: str = "auto"           # --sandbox: walls for the commands the agent runs
+    main_root: Optional[Path] = None    # the user's checkout (hidden from the agent's commands)
 
 
 @dataclass

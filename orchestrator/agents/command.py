@@ -28,6 +28,7 @@ from orchestrator.agents.errors import AgentConfigError
 from orchestrator.agents.prompt import command_prompt, one_line
 from orchestrator.processes import run_group, scrubbed_env
 from orchestrator.results import ExpFolder
+from orchestrator.sandbox import Sandbox, Walls
 
 log = logging.getLogger(__name__)
 
@@ -79,8 +80,14 @@ class CommandAgent:
         stdout_path, stderr_path = ExpFolder(exp_dir).agent_log, ExpFolder(exp_dir).agent_err
         log.info("agent: running %s (timeout %.0f s)", self.template, self.timeout_s)
         # A stop signal raised while the CLI runs still kills its group (run_group's finally).
+        # Walled where bubblewrap works: the network (for its API) and $HOME (its login) stay, the
+        # worktree is writable, the user's checkout and the run folder are hidden.
+        hidden = [p for p in (ctx.main_root, ctx.run_dir) if p]
+        walls = Walls(cwd=Path(ctx.worktree), read_only=[prompt_file], writable=[Path(ctx.worktree)], network=True,
+                      home=True, masked=hidden, hidden=hidden)
         result = run_group(["bash", "-c", command], Path(ctx.worktree), env, stdout_path, self.timeout_s,
-                           should_stop=lambda: False, stderr_path=stderr_path)
+                           should_stop=lambda: False, stderr_path=stderr_path, walls=walls,
+                           sandbox=Sandbox(ctx.sandbox))
         timed_out = result.timed_out
         output = stdout_path.read_text(errors="replace")
         description, cost = parse_output(output)

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from orchestrator.processes import run_group, scrubbed_env
 from orchestrator.results import RunFolder
+from orchestrator.sandbox import Sandbox, Walls
 
 NOTES_NAME = RunFolder.NOTES
 SKIPPED_DIRS = {".git", "__pycache__", ".venv", "node_modules", ".pytest_cache", ".mypy_cache"}
@@ -92,13 +93,15 @@ TOOL_DEFINITIONS: list[dict[str, Any]] = [
 class Toolbox:
     def __init__(self, worktree: Path, allowed_paths: list[str], notes_path: Optional[Path] = None,
                  scratch_dir: Optional[Path] = None, max_run_timeout_s: float = 600,
-                 extra_env: Optional[dict] = None):
+                 extra_env: Optional[dict] = None, sandbox: str = "auto", hidden: tuple = ()):
         self.worktree = Path(worktree).resolve()
         self.allowed_paths = list(allowed_paths)
         self.notes_path = Path(notes_path) if notes_path is not None else None
         self.scratch_dir = Path(scratch_dir) if scratch_dir is not None else None
         self.max_run_timeout_s = max_run_timeout_s
         self.extra_env = dict(extra_env or {})
+        self.sandbox = Sandbox(sandbox)
+        self.hidden = [Path(p) for p in hidden]
 
     # -- dispatch -------------------------------------------------------------------------------
 
@@ -195,8 +198,11 @@ class Toolbox:
         # A stop signal raised mid-command still kills the group (run_group's finally).
         with tempfile.TemporaryDirectory() as scratch:
             output = Path(scratch) / "run.log"
+            # Walled where bubblewrap works: no network, only the worktree and the scratch dir writable.
+            writable = [self.worktree] + ([self.scratch_dir] if self.scratch_dir is not None else [])
+            walls = Walls(cwd=self.worktree, writable=writable, hidden=self.hidden)
             result = run_group(["bash", "-c", command], self.worktree, env, output, timeout,
-                               should_stop=lambda: False)
+                               should_stop=lambda: False, walls=walls, sandbox=self.sandbox)
             text = output.read_text(errors="replace")
         text = truncate_middle(text, MAX_OUTPUT_CHARS)
         if result.timed_out:

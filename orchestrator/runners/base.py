@@ -42,6 +42,8 @@ class RunnerSettings:
     verify_cache: Path
     verify_timeout_s: float = 1800.0
     bench_seconds: float = 2.0
+    max_output_mb: float = 1024.0
+    sandbox: str = "auto"
 
 
 @dataclass

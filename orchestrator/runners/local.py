@@ -1,14 +1,25 @@
-"""LocalRunner: an experiment's processes on this machine, each in its own process group.
+"""LocalRunner: an experiment's processes on this machine, walled off and killed as a whole.
 
 Every train, evaluation, verify and bench run starts from a fresh snapshot of its commit (the
-files of `git archive COMMIT`), so candidates of one round never share a directory and nothing
-they write lands in the worktree the agent edits. Each process gets a scrubbed environment, is
-recorded in the InFlight journal before it is waited on, and is killed as a group at its
-deadline, on stop, and when it ends.
+files of `git archive COMMIT`, under `runs/.snapshots/<tag>/`), so candidates of one round never
+share a directory and nothing they write lands in the worktree the agent edits. Each process:
+
+- runs inside the sandbox where bubblewrap works (orchestrator/sandbox.py): no network, its
+  snapshot and the Python environment read-only, only its output directory writable, a private
+  /tmp and $HOME; the run folder, the checkout, the git directory and the user's $HOME absent.
+  The trusted evaluation sees only the harness copy and the artifact (one file each);
+- gets a scrubbed environment and a marker (AUTORL_EXPERIMENT_ID), recorded with its process
+  group in the InFlight journal before it is waited on, so a `--resume` can kill its leftovers;
+- is killed as a whole (PID namespace, cgroup, marker) at its deadline, on stop, and when it
+  ends; a train run also when it writes more than `--max-output-mb` into its output directory.
+
+Verify and bench write their verdicts and figures into a scratch copy of the run's verdict
+cache; the daemon merges back only the records it expected (the translation's own verdict after
+a pass, the benchmarked backend's figures), so candidate code cannot forge a verdict.
 """
 from __future__ import annotations
 
-import hashlib
+import json
 import shutil
 import sys
 import uuid
@@ -16,45 +27,60 @@ from pathlib import Path
 from typing import Optional
 
 from .. import processes
-from ..artifacts import TRAIN_SCRIPT, find_policy, number_arg, train_env
+from ..artifacts import TRAIN_SCRIPT, find_policy, log_tail, number_arg, parse_summary, train_env
 from ..daemon import log, progress
+from ..disk import prune
 from ..inflight import InFlight
+from ..sandbox import Sandbox, Walls
 from ..workspace import Workspace
 from .base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
                    add_evaluation, read_eval_json, train_failure)
-from ..artifacts import parse_summary
 
 
 class LocalRunner:
     name = "local"
 
     def __init__(self, settings: RunnerSettings, workspace: Workspace, should_stop: StopCheck, journal: InFlight,
-                 harness_bytes: bytes, snapshots: Optional[Path] = None):
+                 harness_bytes: bytes, snapshots: Optional[Path] = None, sandbox: Optional[Sandbox] = None):
         self.settings = settings
         self.workspace = workspace
         self.should_stop = should_stop
         self.journal = journal
         self.harness_bytes = harness_bytes
         self.snapshots = snapshots or snapshot_root(workspace)
+        self.sandbox = sandbox or Sandbox(settings.sandbox)
+        self.hidden = [workspace.main_root, workspace.path, settings.harness.parent]
+        settings.verify_cache.mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------ pieces
+    def _scratch(self, name: str) -> Path:
+        path = self.snapshots / f"{name}-{uuid.uuid4().hex[:6]}"
+        path.mkdir(parents=True)
+        return path
+
     def _checkout(self, commit: str, name: str) -> Path:
         path = self.snapshots / f"{name}-{uuid.uuid4().hex[:6]}"
         self.workspace.extract(commit, path)
         return path
 
     def _spawn(self, slot: Slot, stage: str, cmd: list[str], cwd: Path, env: dict, log_path: Path,
-               timeout_s: float, tick: str) -> processes.ProcessResult:
+               timeout_s: float, tick: str, walls: Walls, output_dir: Optional[Path] = None,
+               max_output_bytes: Optional[int] = None) -> processes.ProcessResult:
+        marker = processes.new_marker()
         return processes.run_group(
             cmd, cwd, env, log_path, timeout_s, self.should_stop,
-            on_spawn=lambda pgid: self.journal.add_handle(slot.exp, {"kind": "local", "pgid": pgid, "stage": stage}),
-            on_tick=lambda t: progress.show(f"{slot.label}: {tick} {t:.0f}s"))
+            on_spawn=lambda pgid: self.journal.add_handle(
+                slot.exp, {"kind": "local", "pgid": pgid, "marker": marker, "stage": stage}),
+            on_tick=lambda t: progress.show(f"{slot.label}: {tick} {t:.0f}s"),
+            walls=walls, sandbox=self.sandbox, output_dir=output_dir, max_output_bytes=max_output_bytes,
+            marker=marker)
 
-    def _backend_env(self) -> dict:
-        """Train, verify and bench share the run's verdict cache, so train.py's
-        make_vec_env("auto") uses what this run verified."""
-        return {"AUTORL_VERIFY_CACHE": str(self.settings.verify_cache), "PYTHONDONTWRITEBYTECODE": "1",
-                "PYTHONUNBUFFERED": "1"}
+    def _walls(self, cwd: Path, read_only: list[Path], writable: list[Path]) -> Walls:
+        return Walls(cwd=cwd, read_only=read_only, writable=writable, hidden=self.hidden)
+
+    @staticmethod
+    def _backend_env(cache: Path) -> dict:
+        return {"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
 
     # ------------------------------------------------------------ measure
     def measure(self, slot: Slot, commit: str, seed: int) -> Measurement:
@@ -67,22 +93,28 @@ class LocalRunner:
         log.info("%s: training %s with seed %d for %ss", slot.label, TRAIN_SCRIPT, seed, number_arg(s.budget_s))
         source = self._checkout(commit, f"{folder.path.name}-seed{seed}")
         try:
-            env = processes.scrubbed_env({**self._backend_env(), **train_env(folder.out, s.env_id, s.budget_s, seed)})
+            # train.py reads the run's verdicts (make_vec_env("auto")); it cannot write them.
+            env = processes.scrubbed_env({**self._backend_env(s.verify_cache),
+                                          **train_env(folder.out, s.env_id, s.budget_s, seed)})
             result = self._spawn(slot, "train", [sys.executable, TRAIN_SCRIPT], source, env, folder.train_log,
-                                 s.budget_s + s.grace_s, f"training (budget {s.budget_s:.0f}s)")
+                                 s.budget_s + s.grace_s, f"training (budget {s.budget_s:.0f}s)",
+                                 self._walls(source, [source, s.verify_cache], [folder.out]),
+                                 output_dir=folder.out, max_output_bytes=int(s.max_output_mb * 2**20))
         finally:
             shutil.rmtree(source, ignore_errors=True)
         text = folder.train_log.read_text(encoding="utf-8", errors="replace") if folder.train_log.exists() else ""
         train = TrainOutcome(result.returncode, result.wall_s, result.timed_out, result.interrupted,
                              metrics=parse_summary(text), policy=find_policy(folder.out),
-                             output_exceeded=getattr(result, "output_exceeded", False))
-        m = train_failure(train, folder, s.budget_s, s.grace_s)
+                             output_exceeded=result.output_exceeded)
+        m = train_failure(train, folder, s.budget_s, s.grace_s, s.max_output_mb)
+        prune(folder)  # ballast, checkpoints: only the policy artifact stays
         if m.status:
             return m
         log.info("%s: trained (%s env steps, %s sps); evaluating with the trusted harness", slot.label,
                  m.env_steps, m.sps)
         evaluation = self.evaluate(slot, train.policy)
         m = add_evaluation(m, evaluation, folder)
+        prune(folder)
         if m.score is not None:
             log.info("%s: score %.3f (se %.3f over %d episodes)", slot.label, m.score,
                      evaluation.result.get("se", float("nan")), evaluation.result.get("episodes", 0))
@@ -90,7 +122,9 @@ class LocalRunner:
 
     def evaluate(self, slot: Slot, policy: Path) -> EvalOutcome:
         """Score `policy` with the run's copy of evaluate.py (hash checked first) in a fresh process
-        that imports nothing of the candidate's: it runs from the run folder without PYTHONPATH."""
+        that imports nothing of the candidate's and sees only the harness copy and the artifact."""
+        import hashlib
+
         s, folder = self.settings, slot.folder
         if hashlib.sha256(s.harness.read_bytes()).hexdigest() != s.harness_sha256:
             log.error("%s does not match the hash recorded at setup; restoring it from the copy verified at "
@@ -104,18 +138,24 @@ class LocalRunner:
         env = processes.scrubbed_env(extra)
         env.pop("PYTHONPATH", None)  # nothing but installed packages and the harness itself
         folder.eval_json.unlink(missing_ok=True)
-        cmd = [sys.executable, str(s.harness), "--policy", str(policy), "--env", s.env_id,
-               "--episodes", str(s.eval_episodes), "--seed", str(s.eval_seed), "--out", str(folder.eval_json)]
-        proc = self._spawn(slot, "eval", cmd, s.harness.parent, env, folder.eval_log, s.eval_timeout_s,
-                           f"evaluating {s.eval_episodes} episodes")
+        scratch = self._scratch(f"{folder.path.name}-eval")
+        out_json = scratch / folder.eval_json.name
+        try:
+            cmd = [sys.executable, str(s.harness), "--policy", str(policy), "--env", s.env_id,
+                   "--episodes", str(s.eval_episodes), "--seed", str(s.eval_seed), "--out", str(out_json)]
+            proc = self._spawn(slot, "eval", cmd, scratch, env, folder.eval_log, s.eval_timeout_s,
+                               f"evaluating {s.eval_episodes} episodes",
+                               self._walls(scratch, [s.harness, policy], [scratch]))
+            if out_json.exists():
+                shutil.copyfile(out_json, folder.eval_json)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         if proc.interrupted:
             return EvalOutcome(False, error="interrupted", interrupted=True, wall_s=proc.wall_s)
         if proc.timed_out:
             return EvalOutcome(False, error=f"evaluation took longer than {s.eval_timeout_s:.0f}s", timed_out=True,
                                wall_s=proc.wall_s)
         if proc.returncode != 0 or not folder.eval_json.exists():
-            from ..artifacts import log_tail
-
             reason = log_tail(folder.eval_log, 1) or f"evaluate.py exited with {proc.returncode}"
             return EvalOutcome(False, error=reason, wall_s=proc.wall_s)
         result, error = read_eval_json(folder.eval_json)
@@ -124,17 +164,51 @@ class LocalRunner:
         return EvalOutcome(True, result=result, wall_s=proc.wall_s)
 
     # ------------------------------------------------------------ verify and bench
+    def _in_snapshot(self, slot: Slot, stage: str, commit: str, args: list[str], json_path: Path, log_path: Path,
+                     tick: str) -> tuple[processes.ProcessResult, Optional[dict], Path, Path]:
+        """Run `python -m envs_fast.<stage> ... --json J` in a snapshot of `commit` with a scratch
+        copy of the verdict cache; returns the result, its JSON, the snapshot and the scratch cache
+        (the caller merges what it trusts, then removes both)."""
+        s = self.settings
+        source = self._checkout(commit, f"{slot.folder.path.name}-{stage}")
+        cache = self._scratch(f"{slot.folder.path.name}-{stage}-cache")
+        shutil.copytree(s.verify_cache, cache, dirs_exist_ok=True)
+        out = cache / json_path.name
+        result = self._spawn(
+            slot, stage, [sys.executable, "-m", f"envs_fast.{stage}", "--env", s.env_id, *args, "--json", str(out)],
+            source, processes.scrubbed_env(self._backend_env(cache)), log_path, s.verify_timeout_s, tick,
+            self._walls(source, [source], [cache]))
+        data = None
+        if out.exists():
+            shutil.copyfile(out, json_path)
+            try:
+                data = json.loads(out.read_text()) or None
+            except ValueError:
+                data = None
+        return result, data, source, cache
+
+    def _merge(self, cache: Path, kind: str, spec: str) -> None:
+        """Copy one record the daemon expects from a scratch cache into the run's cache."""
+        from envs_fast import cache as verdicts
+
+        name = verdicts.record_name(kind, spec, self.settings.env_id)
+        if (cache / name).is_file():
+            shutil.copyfile(cache / name, self.settings.verify_cache / name)
+        else:
+            log.warning("no %s record for %s in the scratch cache", kind, spec)
+
     def verify(self, slot: Slot, commit: str, backend: str, round_: int) -> VerifyOutcome:
         s, folder = self.settings, slot.folder
         json_path, log_path = folder.verify_round(round_)
-        source = self._checkout(commit, f"{folder.path.name}-verify{round_}")
+        result, _, source, cache = self._in_snapshot(slot, "verify", commit,
+                                                     ["--backend", backend, "--levels", "1,2,3"],
+                                                     json_path, log_path, "verifying")
         try:
-            result = self._spawn(
-                slot, "verify", [sys.executable, "-m", "envs_fast.verify", "--env", s.env_id, "--backend", backend,
-                                 "--levels", "1,2,3", "--json", str(json_path)],
-                source, processes.scrubbed_env(self._backend_env()), log_path, s.verify_timeout_s, "verifying")
+            if result.returncode == 0 and not result.interrupted and not result.timed_out:
+                self._merge(cache, "verdict", str(source / backend))
         finally:
             shutil.rmtree(source, ignore_errors=True)
+            shutil.rmtree(cache, ignore_errors=True)
         if result.interrupted:
             return VerifyOutcome(False, interrupted=True)
         if json_path.exists():
@@ -146,24 +220,19 @@ class LocalRunner:
         return VerifyOutcome(result.returncode == 0, report[-12000:], returncode=result.returncode)
 
     def bench(self, slot: Slot, commit: str, spec: str, json_path: Path) -> Optional[dict]:
-        s = self.settings
-        source = self._checkout(commit, f"{slot.folder.path.name}-bench")
+        result, data, source, cache = self._in_snapshot(
+            slot, "bench", commit, ["--backend", spec, "--seconds", number_arg(self.settings.bench_seconds)],
+            json_path, json_path.with_suffix(".log"), "benchmarking")
         try:
-            result = self._spawn(
-                slot, "bench", [sys.executable, "-m", "envs_fast.bench", "--env", s.env_id, "--backend", spec,
-                                "--seconds", number_arg(s.bench_seconds), "--json", str(json_path)],
-                source, processes.scrubbed_env(self._backend_env()), json_path.with_suffix(".log"),
-                s.verify_timeout_s, "benchmarking")
+            if result.returncode == 0 and data:
+                measured = data.get("backend", spec)
+                if measured.endswith(".py") and not Path(measured).is_absolute():
+                    measured = str(source / measured)  # records are keyed by content, found from here
+                self._merge(cache, "bench", measured)
         finally:
             shutil.rmtree(source, ignore_errors=True)
-        if result.returncode != 0 or not json_path.exists():
-            return None
-        try:
-            import json
-
-            return json.loads(json_path.read_text()) or None
-        except ValueError:
-            return None
+            shutil.rmtree(cache, ignore_errors=True)
+        return data if result.returncode == 0 else None
 
     # ------------------------------------------------------------ cancel
     def cancel(self, handle: dict) -> bool:
@@ -179,10 +248,13 @@ def snapshot_root(workspace: Workspace) -> Path:
 
 
 def cancel_local(handle: dict, cwd_inside: list[Path]) -> bool:
-    pgid = handle.get("pgid")
-    if not pgid:
+    """Kill what a recorded process group (and anything carrying its marker) left running."""
+    pgid, marker = handle.get("pgid"), handle.get("marker")
+    if not pgid and not marker:
         return False
-    killed = processes.kill_orphaned_group(int(pgid), cwd_inside)
+    killed = processes.kill_orphaned_group(int(pgid or 0), cwd_inside, marker=marker) if pgid else \
+        processes.kill_marked(marker)
     if killed:
-        log.warning("killed %d orphaned process(es) of group %d (%s)", killed, pgid, handle.get("stage", "?"))
+        log.warning("killed %d orphaned process(es) of %s (%s)", killed, f"group {pgid}" if pgid else marker,
+                    handle.get("stage", "?"))
     return bool(killed)
