@@ -22,6 +22,7 @@ from .artifacts import TRAIN_SCRIPT
 from .config import BASELINE_RUNS, Limits, RunConfig, RunError
 from .daemon import StopControl, StopRequested, log
 from .disk import DiskSpace, is_disk_full
+from .guard import Guard
 from .inflight import InFlight, recorded
 from .phases import PHASES, Incumbent, Phase, Repair, TrainPhase, TranslatePhase, TranslateTrial, Verdict
 from .results import ExpFolder, ResultsFile, Row, RunFolder, compact_table, summarize
@@ -65,6 +66,7 @@ class Run:
         self.best_score: Optional[float] = None
         self.best_commit = config.base_commit
         self.disk = DiskSpace(folder.path, journal.set_waiting, stop.requested, stop.sleep)
+        self.guard = Guard(folder, harness_bytes)
         self._load_best()
 
     # ------------------------------------------------------------ derived state
@@ -99,6 +101,7 @@ class Run:
         while True:
             try:
                 self.results.append(row)
+                self.guard.note(self.folder.results)
                 if delay > 1.0:
                     self.journal.set_waiting(None)
                 return
@@ -163,6 +166,7 @@ class Run:
             folder = self.folder.exp(0).run(index + 1)
             self.journal.begin(0, "train", "baseline", len(self.rows()), commit=self.best_commit, index=index)
             m = self.runner.measure(Slot(0, folder, f"baseline {index + 1}/{BASELINE_RUNS}"), self.best_commit, seed)
+            self._check_measurement(m)
             commit = self.workspace.short(self.best_commit)
             if m.status:
                 self.append(Row(exp=0, phase="train", status=m.status, commit=commit, best=self.best_score,
@@ -199,6 +203,7 @@ class Run:
         self.journal.begin(exp, "train", "re-baseline", len(self.rows()), commit=self.best_commit)
         m = self.runner.measure(Slot(exp, folder, f"exp {exp} re-baseline"), self.best_commit,
                                 self.config.train_seeds[0])
+        self._check_measurement(m)
         commit = self.workspace.short(self.best_commit)
         note = m.note
         if m.status in ("crash", "timeout"):  # training fails on the new backend: revert the translation
@@ -358,6 +363,7 @@ class Run:
             verdicts = phase.judge_round(measured, self.incumbent(), confirm, [c.exp for c in ready])
             for c, v in zip(ready, verdicts):
                 c.verdict = v
+            self._check_run_files(ready)
         for c in candidates:  # keep first: the others' rows then show the new best
             if c.verdict.status == "keep":
                 self._conclude(c, phase)
@@ -376,6 +382,7 @@ class Run:
                 env_id=self.config.env_id, repair_rounds=self.config.repair_rounds, runner=self.runner,
                 repair=lambda failure, round_: self._repair(c, phase, failure, round_),
                 stop_requested=self.stop.requested))
+            self._check_run_files([c])
         self._conclude(c, phase)
 
     def _repair(self, c: Candidate, phase: Phase, failure: str, round_: int) -> Repair:
@@ -398,6 +405,22 @@ class Run:
         c.commit = commit
         self.journal.stage(c.exp, f"repair {round_}", commit=commit)
         return Repair("invalid" if problem else "ok", commit=commit, cost_usd=proposal.cost_usd, problem=problem or "")
+
+    def _check_measurement(self, m) -> None:
+        changed = self.guard.check()
+        if changed:
+            m.status, m.score = "invalid", None
+            m.note = f"{', '.join(changed)} of the run folder changed while it ran (restored)"
+
+    def _check_run_files(self, candidates: list[Candidate]) -> None:
+        """The daemon's files as it left them, else restored, and the candidates that ran meanwhile invalid."""
+        changed = self.guard.check()
+        if not changed:
+            return
+        note = f"{', '.join(changed)} of the run folder changed while this experiment ran (restored)"
+        for c in candidates:
+            c.verdict = Verdict("invalid", note=note, commit=c.verdict.commit if c.verdict else None,
+                                failure=f"The run's own files must not be touched: {note}.")
 
     def _conclude(self, c: Candidate, phase: Phase) -> None:
         verdict = c.verdict
