@@ -18,7 +18,7 @@ from .daemon import log
 from .results import ExpFolder
 
 LOG_CAP_MB = 10                 # a train/eval/verify log keeps its last 10 MB
-MIN_FREE_MB = 64                # below this the daemon waits before starting the next step
+MIN_FREE_MB = 32                # below this the daemon waits before starting the next step
 NIGHT_OF_CAPS = 3               # `run` warns below this many experiments' output caps
 FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 

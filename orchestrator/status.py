@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from .daemon import lock_holder, read_state
+from .disk import MIN_FREE_MB, free_mb
 from .inflight import recorded
 from .results import ResultsFile, RunFolder, summarize
 
@@ -25,6 +26,8 @@ def run_status(run_dir: Path) -> list[str]:
     records = recorded(run_dir)
     if pid and state.get("waiting"):
         lines.append(f"  {state['waiting']}")
+    elif pid and free_mb(run_dir) < MIN_FREE_MB:  # too full for the daemon to have said so in state.json
+        lines.append(f"  waiting for disk space on {run_dir} ({free_mb(run_dir):.0f} MB free, {MIN_FREE_MB} MB needed)")
     for record in records if pid else []:
         elapsed = time.time() - record.get("started", time.time())
         lines.append(f"  in flight: exp {record['exp']} ({record.get('phase')}, {record.get('stage')}) "
