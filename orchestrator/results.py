@@ -196,6 +196,11 @@ class RunFolder:
     OPTUNA = "optuna.db"
     NOTES = "notes.md"             # the LLM agent's own notes
     VERIFY_CACHE = "verify-cache"  # verdicts and throughput of this run's backends
+    REPORT_HTML = "report.html"    # the morning report, rewritten after every experiment
+    PROGRESS_PNG = "progress.png"  # every experiment, the running best, the kept ones annotated
+    TRANSFER_TSV = "transfer.tsv"  # `transfer`: the starting and the best train.py on other envs
+    TRANSFER_PNG = "transfer.png"
+    TRANSFER = "transfer"          # `transfer`'s cells (ExpFolders), its journal, lock and log
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -208,6 +213,11 @@ class RunFolder:
 
     def exp(self, exp: int) -> "ExpFolder":
         return ExpFolder(self.path / f"exp-{exp:04d}")
+
+    def transfer_cell(self, env_id: str, which: str, seed: int) -> "ExpFolder":
+        """One train-and-score of `transfer`: e.g. transfer/Hopper-v5/best-seed1/."""
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)
+        return ExpFolder(self.path / self.TRANSFER / safe / f"{which}-seed{seed}")
 
 
 class ExpFolder:
@@ -246,5 +256,24 @@ class ExpFolder:
         return self.path / f"verify.r{round_}.json", self.path / f"verify.r{round_}.log"
 
 
-__all__ = ["RunFolder", "ExpFolder", "COLUMNS", "HEADER", "STATUSES", "Row", "ResultsFile", "summarize", "compact_table",
+class ScheduleFolder:
+    """`results/_schedule/` (a name no tag can take): the `schedule` process's state (its nights,
+    the next start), log and lock."""
+
+    NAME = "_schedule"
+    STATE = "schedule.json"
+    LOG = "schedule.log"
+    LOCK = "daemon.lock"
+
+    def __init__(self, results_root: Path):
+        self.path = Path(results_root) / self.NAME
+
+    def __getattr__(self, name: str) -> Path:
+        upper = name.upper()
+        if upper != name and upper in type(self).__dict__:
+            return self.path / type(self).__dict__[upper]
+        raise AttributeError(name)
+
+
+__all__ = ["RunFolder", "ExpFolder", "ScheduleFolder", "COLUMNS", "HEADER", "STATUSES", "Row", "ResultsFile", "summarize", "compact_table",
            "utc_now", "one_line"]

@@ -64,6 +64,7 @@ class Walls:
     tmp_size: Optional[int] = None   # bytes for each private tmpfs (/tmp, /dev/shm, $HOME)
     masked: Sequence[Path] = ()      # shown as empty private folders, also inside a bound path
     home: bool = False               # bind the user's $HOME (writable) instead of an empty one
+    private_tmp: bool = True         # an empty private /tmp (False: the real one, as read_only says)
     env: dict = field(default_factory=dict)  # variables set inside (bwrap --setenv)
 
 
@@ -143,7 +144,8 @@ def _bwrap_argv(bwrap: str, cmd: list[str], walls: Walls) -> list[str]:
         mounts.append((path, [*size, "--tmpfs", path]))
         bound.append(path)
 
-    for directory in SYSTEM_DIRS:
+    whole_root = any(os.path.abspath(p) == "/" for p in walls.read_only)  # the system dirs come with it
+    for directory in () if whole_root else SYSTEM_DIRS:
         if os.path.islink(directory):
             mounts.append((directory, ["--symlink", os.readlink(directory), directory]))
         elif os.path.isdir(directory):
@@ -154,7 +156,8 @@ def _bwrap_argv(bwrap: str, cmd: list[str], walls: Walls) -> list[str]:
     mounts.append(("/dev", ["--dev", "/dev"]))
     mounts.append(("/proc", ["--proc", "/proc"]))
     tmpfs("/dev/shm")
-    tmpfs("/tmp")
+    if walls.private_tmp:
+        tmpfs("/tmp")
     if walls.gpu:
         for device in sorted(glob.glob("/dev/nvidia*")):
             mounts.append((device, ["--dev-bind", device, device]))

@@ -173,3 +173,26 @@ def all_dead(procs: list) -> bool:
         except psutil.Error:
             continue
     return True
+
+
+def unique_sleep() -> str:
+    """`sleep 300.<n>`: a child a test can find again by its command line (a pid printed inside the
+    sandbox's PID namespace means nothing outside it)."""
+    import time
+
+    return f"300.{time.time_ns() % 10**9}"
+
+
+def wait_until_gone(sleep_arg: str, timeout_s: float = 5.0) -> None:
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = [p for p in psutil.process_iter(["cmdline", "status"])
+                if p.info["cmdline"] == ["sleep", sleep_arg] and p.info["status"] != psutil.STATUS_ZOMBIE]
+        if not left:
+            return
+        assert time.monotonic() < deadline, f"sleep {sleep_arg} survived: {left}"
+        time.sleep(0.05)

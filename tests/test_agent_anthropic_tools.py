@@ -4,10 +4,10 @@ from __future__ import annotations
 import os
 import time
 
-import psutil
 
 from orchestrator.agents.tools import MAX_OUTPUT_CHARS, Toolbox
 from tests.agent_workspace import make_worktree
+from tests.conftest import unique_sleep, wait_until_gone
 
 
 def test_run_has_no_secrets_and_works_in_the_worktree(tmp_path, monkeypatch):
@@ -32,18 +32,14 @@ def test_run_has_no_secrets_and_works_in_the_worktree(tmp_path, monkeypatch):
 
 def test_run_kills_the_whole_process_group_at_its_timeout(tmp_path):
     worktree = make_worktree(tmp_path)
-    pid_file = tmp_path / "grandchild.pid"
+    sleep_arg = unique_sleep()
     toolbox = Toolbox(worktree, [])
     started = time.monotonic()
     result = toolbox.call("run", {
-        "command": f"(sleep 300 & echo $! > {pid_file}; wait) ; echo never", "timeout_s": 1})
+        "command": f"(sleep {sleep_arg} & echo started; wait) ; echo never", "timeout_s": 1})
     assert time.monotonic() - started < 10
-    assert result.is_error and "timed out after 1 s" in result.content
-    grandchild = int(pid_file.read_text())
-    deadline = time.monotonic() + 5
-    while psutil.pid_exists(grandchild) and psutil.Process(grandchild).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "the grandchild survived the timeout"
-        time.sleep(0.05)
+    assert result.is_error and "timed out after 1 s" in result.content and "started" in result.content
+    wait_until_gone(sleep_arg)
 
 
 def test_run_output_is_truncated_keeping_the_tail(tmp_path):
@@ -84,20 +80,17 @@ def test_a_stop_signal_during_run_leaves_no_process_behind(tmp_path):
         raise Stopped()
 
     worktree = make_worktree(tmp_path)
-    pid_file = tmp_path / "grandchild.pid"
+    sleep_arg = unique_sleep()
     previous = signal.signal(signal.SIGALRM, on_alarm)
     signal.setitimer(signal.ITIMER_REAL, 0.5)
     try:
         Toolbox(worktree, []).call("run", {
-            "command": f"(sleep 300 & echo $! > {pid_file}; wait)", "timeout_s": 60})
+            "command": f"(sleep {sleep_arg} & echo started > started.flag; wait)", "timeout_s": 60})
         raise AssertionError("the stop did not interrupt the command")
     except Stopped:
         pass
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    grandchild = int(pid_file.read_text())
-    deadline = time.monotonic() + 5
-    while psutil.pid_exists(grandchild) and psutil.Process(grandchild).status() != psutil.STATUS_ZOMBIE:
-        assert time.monotonic() < deadline, "the command survived the stop"
-        time.sleep(0.05)
+    assert (worktree / "started.flag").exists(), "the command had started"
+    wait_until_gone(sleep_arg)

@@ -77,11 +77,12 @@ def test_the_prompt_placeholder_is_shell_quoted(tmp_path, monkeypatch):
 
 def test_a_cli_past_its_timeout_is_killed_with_its_children(tmp_path):
     pid_file = tmp_path / "child.pid"
+    marker = str(time.time_ns() % 10**9)
     cli = write_script(tmp_path, "slow_cli.sh", f"""
 sed -i 's/NUM_ENVS = 8/NUM_ENVS = 4/' candidate/train.py
 echo "DESCRIPTION: fewer envs"
-sleep 300 &
-echo $! > {pid_file}
+sleep 300.{marker} &
+echo started > {pid_file}
 wait
 """)
     ctx = make_context(tmp_path)
@@ -92,9 +93,16 @@ wait
     assert proposal.description.startswith("[agent command timed out after 1 s]")
     assert "fewer envs" in proposal.description
     assert "NUM_ENVS = 4" in (ctx.worktree / "candidate/train.py").read_text()   # the loop judges it
-    child = int(pid_file.read_text())
+    assert pid_file.read_text().strip() == "started"
+
+    def children_left():  # found by their unique argument: inside the sandbox's PID namespace $! is no real pid
+        left = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            if proc.info["cmdline"] == ["sleep", f"300.{marker}"] and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                left.append(proc)
+        return left
     deadline = time.monotonic() + 5
-    while psutil.pid_exists(child) and psutil.Process(child).status() != psutil.STATUS_ZOMBIE:
+    while children_left():
         assert time.monotonic() < deadline, "the CLI's child survived the timeout"
         time.sleep(0.05)
 

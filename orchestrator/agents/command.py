@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import tempfile
 import re
 import shlex
 import shutil
@@ -80,11 +81,14 @@ class CommandAgent:
         stdout_path, stderr_path = ExpFolder(exp_dir).agent_log, ExpFolder(exp_dir).agent_err
         log.info("agent: running %s (timeout %.0f s)", self.template, self.timeout_s)
         # A stop signal raised while the CLI runs still kills its group (run_group's finally).
-        # Walled where bubblewrap works: the network (for its API) and $HOME (its login) stay, the
-        # worktree is writable, the user's checkout and the run folder are hidden.
+        # Walled where bubblewrap works: a coding CLI may live anywhere and needs the network (its
+        # API), $HOME (its login) and /tmp, so the machine stays visible read-only; only the worktree,
+        # $HOME and /tmp are writable, and the user's checkout and the run folder (held-out seed) are
+        # hidden.
         hidden = [p for p in (ctx.main_root, ctx.run_dir) if p]
-        walls = Walls(cwd=Path(ctx.worktree), read_only=[prompt_file], writable=[Path(ctx.worktree)], network=True,
-                      home=True, masked=hidden, hidden=hidden)
+        walls = Walls(cwd=Path(ctx.worktree), read_only=[Path("/"), prompt_file],
+                      writable=[Path(ctx.worktree), Path(tempfile.gettempdir())], network=True, home=True,
+                      private_tmp=False, masked=hidden, hidden=hidden)
         result = run_group(["bash", "-c", command], Path(ctx.worktree), env, stdout_path, self.timeout_s,
                            should_stop=lambda: False, stderr_path=stderr_path, walls=walls,
                            sandbox=Sandbox(ctx.sandbox))

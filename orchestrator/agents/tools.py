@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -190,6 +191,8 @@ class Toolbox:
         except (TypeError, ValueError):
             return ToolResult("run: timeout_s must be a number of seconds", is_error=True)
         env = scrubbed_env({"PYTHONDONTWRITEBYTECODE": "1", **self.extra_env})
+        # `python` is the daemon's interpreter (inside the sandbox a pyenv shim under $HOME is not).
+        env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", os.defpath)])
         if self.scratch_dir is not None:
             # Training output goes outside the repository so it never shows up in the diff.
             self.scratch_dir.mkdir(parents=True, exist_ok=True)
