@@ -10,6 +10,7 @@ before each step (InFlight), so `--resume` after any crash can account for it.
 """
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +25,7 @@ from .daemon import StopControl, StopRequested, log
 from .disk import DiskSpace, is_disk_full
 from .guard import Guard
 from .inflight import InFlight, recorded
+from .keep_rule import Noise, ScoredRun, estimate, write_decision
 from .phases import PHASES, Incumbent, Phase, Repair, TrainPhase, TranslatePhase, TranslateTrial, Verdict
 from .results import ExpFolder, ResultsFile, Row, RunFolder, compact_table, summarize
 from .runners import Runner, Slot, cancel_handle
@@ -81,11 +83,45 @@ class Run:
 
     @property
     def noise(self) -> float:
-        scores = [r.score for r in self.rows() if r.exp == 0 and r.status == "baseline"][:BASELINE_RUNS]
-        return abs(scores[0] - scores[1]) if len(scores) == BASELINE_RUNS else 0.0
+        """Seed-to-seed noise of a run's score (sigma of the keep rule), from every pair so far."""
+        return self.noise_estimate().sigma
+
+    def noise_estimate(self) -> Noise:
+        """The keep rule's estimate from the runs of the same train.py with different seeds:
+        the baseline runs; each candidate and its confirmation; a re-baseline, which retrains the
+        best train.py with the train seed (replacing that seed's run: the backend changed) and so
+        pairs with the best's runs of other seeds."""
+        seed, confirm_seed = self.config.train_seeds[0], self.config.confirm_seed
+        runs: list[ScoredRun] = []
+
+        def add(code: str, seed: int, folder: ExpFolder, label: str) -> None:
+            result = _read_json(folder.eval_json)
+            try:
+                runs.append(ScoredRun(code, seed, float(result["mean"]), float(result.get("se") or 0.0), label))
+            except (KeyError, TypeError, ValueError):
+                pass
+
+        best_code, baselines = "exp 0", 0
+        for row in self.rows():
+            if row.phase != "train" or row.status not in ("baseline", "keep", "discard"):
+                continue
+            folder = self.folder.exp(row.exp)
+            if row.exp == 0:
+                baselines += 1
+                add(best_code, self.config.train_seeds[min(baselines, BASELINE_RUNS) - 1], folder.run(baselines),
+                    f"exp 0 run {baselines}")
+            elif row.status == "baseline":
+                add(best_code, seed, folder, f"exp {row.exp} re-baseline")
+            else:
+                add(f"exp {row.exp}", seed, folder, f"exp {row.exp}")
+                add(f"exp {row.exp}", confirm_seed, ExpFolder(folder.confirm), f"exp {row.exp} confirm")
+                if row.status == "keep":
+                    best_code = f"exp {row.exp}"
+        return estimate(runs)
 
     def incumbent(self) -> Incumbent:
-        return Incumbent(self.best_score, self.best_commit, self.noise)
+        return Incumbent(self.best_score, self.best_commit, self.noise_estimate(),
+                         (self.config.train_seeds[0], self.config.confirm_seed))
 
     def next_exp(self) -> int:
         return max([r.exp for r in self.rows()] + [0]) + 1
@@ -354,8 +390,8 @@ class Run:
 
             def confirm(i: int):
                 c = ready[i]
-                log.info("exp %d: %.3f beats %.3f by less than the noise %.3f; confirming with seed %d", c.exp,
-                         measured[i].score, self.best_score, self.noise, self.config.confirm_seed)
+                log.info("exp %d: %.3f is above the best %.3f but within the noise; confirming with seed %d",
+                         c.exp, measured[i].score, self.best_score, self.config.confirm_seed)
                 self.journal.stage(c.exp, "confirm")
                 return self.runner.measure(Slot(c.exp, ExpFolder(c.folder.confirm), f"exp {c.exp} confirm"),
                                            c.commit, self.config.confirm_seed)
@@ -364,6 +400,10 @@ class Run:
             for c, v in zip(ready, verdicts):
                 c.verdict = v
             self._check_run_files(ready)
+            for c, v in zip(ready, verdicts):  # the keep rule's evidence, with the status the row gets
+                if v.decision:
+                    write_decision(c.folder.decision, {**v.decision, "status": c.verdict.status,
+                                                       "note": c.verdict.note})
         for c in candidates:  # keep first: the others' rows then show the new best
             if c.verdict.status == "keep":
                 self._conclude(c, phase)
@@ -548,3 +588,10 @@ class Run:
         return (f"best {s['best']:.3f} at {s['best_commit']} (exp {s['best_exp']}); {s['experiments']} "
                 f"experiments ({counts}); cost ${s['cost_usd']:.2f}" if s["best"] is not None
                 else f"no score yet; {counts}")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}

@@ -2,7 +2,8 @@
 themselves (a Runner does) and never call back into the loop.
 
 - `TrainPhase.judge_round`: K candidates of one round, each measured once; the best that beats
-  the incumbent is kept (a win inside the noise is confirmed with a second seed first).
+  the incumbent by more than the measured noise is kept (a win inside it is confirmed with a
+  second seed first; the thresholds are keep_rule's).
 - `TranslatePhase.execute`: verify a translation (repair rounds from the verifier's report,
   through a `repair` function the loop supplies), benchmark it against the backend training
   uses now, keep it when verified and faster.
@@ -10,7 +11,7 @@ themselves (a Runner does) and never call back into the loop.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -18,6 +19,7 @@ from envs_fast.protocol import slug
 
 from .artifacts import TRAIN_SCRIPT
 from .daemon import log
+from .keep_rule import A_CONFIRM, A_OUTRIGHT, Noise, ScoredRun, first_look, second_look
 from .results import RunFolder, Row
 from .runners.base import Measurement, Runner, Slot
 from .workspace import compile_errors, disallowed
@@ -28,7 +30,8 @@ class Incumbent:
     """The best so far: what a candidate must beat."""
     score: Optional[float]
     commit: str
-    noise: float                          # seed-to-seed noise of the score
+    noise: Noise                          # seed-to-seed noise of a run's score, measured this night
+    seeds: tuple[int, int] = (1, 2)       # a candidate's train seed and confirmation seed
 
 
 @dataclass
@@ -43,6 +46,7 @@ class Verdict:
     failure: Optional[str] = None         # what the agent is shown next time
     commit: Optional[str] = None          # the final commit when repair rounds made new ones
     agent_cost_usd: float = 0.0           # repair rounds' agent cost
+    decision: dict = field(default_factory=dict)  # train: the keep rule's evidence (decision.json)
 
 
 def verdict_of(m: Measurement, status: str, note: str = "") -> Verdict:
@@ -72,7 +76,8 @@ class Phase:
 
 
 class TrainPhase(Phase):
-    """Edit candidate/train.py; train under the budget; score the artifact; keep if better."""
+    """Edit candidate/train.py; train under the budget; score the artifact; keep if better by more
+    than the measured seed-to-seed noise (orchestrator/keep_rule.py)."""
 
     name = "train"
 
@@ -81,47 +86,67 @@ class TrainPhase(Phase):
 
     def judge_round(self, measured: list[Measurement], incumbent: Incumbent,
                     confirm: Callable[[int], Measurement], exps: Optional[list[int]] = None) -> list[Verdict]:
-        """One verdict per candidate (exps: their experiment numbers, for the notes). `confirm(i)`
-        retrains candidate i with the confirmation seed."""
+        """One verdict per candidate (exps: their experiment numbers), each with its evidence in
+        `decision`. `confirm(i)` retrains candidate i with the confirmation seed; the pair it makes
+        joins the noise estimate for the rest of the round."""
         exps = exps or list(range(1, len(measured) + 1))
         verdicts: list[Optional[Verdict]] = [None] * len(measured)
         for i, m in enumerate(measured):
             if m.status:
                 verdicts[i] = verdict_of(m, m.status)
         best, noise = incumbent.score, incumbent.noise
+        seed, confirm_seed = incumbent.seeds
         kept: Optional[int] = None
         ranked = sorted((i for i, m in enumerate(measured) if not m.status), key=lambda i: -measured[i].score)
         for i in ranked:
             m = measured[i]
+            first = ScoredRun(f"exp {exps[i]}", seed, m.score, _se(m), f"exp {exps[i]}")
+            record = {"exp": exps[i], "best": best, "incumbent": incumbent.commit,
+                      "alpha": {"outright": A_OUTRIGHT, "confirm": A_CONFIRM}, "first": asdict(first)}
             if kept is not None:
                 verdicts[i] = verdict_of(m, "discard", f"exp {exps[kept]} of the same round was kept "
                                                        f"({verdicts[kept].score:.3f})")
-            elif m.score <= best:
-                verdicts[i] = verdict_of(m, "discard", f"not above best {best:.3f}")
-            elif m.score > best + noise:
-                verdicts[i] = verdict_of(m, "keep", f"beats {best:.3f} by more than the noise {noise:.3f}")
+                record["first_look"] = {"action": "discard", "note": verdicts[i].note}
             else:
-                verdicts[i] = self._confirmed(m, confirm(i), best, noise)
+                before = noise.including(extra_se=[first.se])
+                look = first_look(m.score, best, before)
+                record.update(noise=before.evidence(), first_look=look.evidence())
+                if look.action != "confirm":
+                    verdicts[i] = verdict_of(m, look.action, look.note)
+                else:
+                    second = confirm(i)
+                    verdicts[i], noise = self._confirmed(m, second, first, best, noise, record, confirm_seed)
+            verdicts[i].decision = {**record, "status": verdicts[i].status}
             if verdicts[i].status == "keep":
                 kept = i
         return verdicts
 
-    def _confirmed(self, first: Measurement, second: Measurement, best: float, noise: float) -> Verdict:
-        """A win inside the noise, judged on the mean of two seeds."""
+    def _confirmed(self, first: Measurement, second: Measurement, run: ScoredRun, best: float, noise: Noise,
+                   record: dict, confirm_seed: int) -> tuple[Verdict, Noise]:
+        """A win inside the noise, judged on the mean of two seeds; also the estimate with their pair."""
         if second.status == "interrupted":
-            return verdict_of(first, "interrupted", "stopped during the confirmation run")
+            return verdict_of(first, "interrupted", "stopped during the confirmation run"), noise
         if second.status:
             v = verdict_of(first, "discard", f"confirmation run {second.status}: {second.note}")
             v.failure, v.wall_s, v.compute_usd = second.failure, first.wall_s + second.wall_s, \
                 first.compute_usd + second.compute_usd
-            return v
+            record["second"] = {"status": second.status, "note": second.note}
+            return v, noise
+        again = ScoredRun(run.code, confirm_seed, second.score, _se(second), f"{run.label} confirm")
+        after = noise.including([run, again])
+        look = second_look(first.score, second.score, best, after)
+        record.update(second=asdict(again), noise_with_this_pair=after.evidence(), second_look=look.evidence())
         mean = (first.score + second.score) / 2
         combined = Measurement(score=mean, env_steps=first.env_steps, sps=first.sps,
                                wall_s=first.wall_s + second.wall_s, compute_usd=first.compute_usd + second.compute_usd)
-        if mean > best:
-            return verdict_of(combined, "keep", f"confirmed over 2 seeds: {first.score:.3f}, {second.score:.3f}")
-        return verdict_of(combined, "discard", f"not confirmed over 2 seeds: {first.score:.3f}, "
-                                               f"{second.score:.3f} (mean {mean:.3f} <= best {best:.3f})")
+        return verdict_of(combined, look.action, look.note), after
+
+
+def _se(m: Measurement) -> float:
+    try:
+        return float(m.evaluation.get("se") or 0.0)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 @dataclass

@@ -230,6 +230,7 @@ class ExpFolder:
     DIFF = "diff.patch"
     FAILURE = "failure.txt"        # what the agent is shown next time
     CONFIRM = "confirm"            # the confirmation run, an ExpFolder of its own
+    DECISION = "decision.json"     # a train experiment's keep rule evidence: noise, pairs, thresholds
     TRANSLATE = "translate.json"   # a translate experiment's benchmark record
     BENCH = "bench.json"
     BENCH_INCUMBENT = "bench-incumbent.json"
