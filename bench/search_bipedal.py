@@ -1,0 +1,105 @@
+"""The offline search from the shipped baseline: a real night in miniature on BipedalWalker-v3.
+
+    python bench/search_bipedal.py [--env BipedalWalker-v3] [--budget 60] [--experiments 8]
+                                   [--tag TAG] [--here] [--keep]
+
+Runs `python -m orchestrator run --env ENV --budget B --max-experiments N --agent optuna` in a
+temporary clone of this checkout's HEAD (committed code only; `--here` runs in this checkout's
+results/ instead), then reads results.tsv and prints: the baseline (mean of its two runs), each
+experiment's score and what it changed, how many experiments score within 20% of the baseline,
+and the best experiment against the baseline; then one JSON line with the figures. It takes
+about (2 + N * 1.5) budgets plus evaluation (~15-20 minutes at the defaults on 2 cores).
+
+Targets (issue 14): at least half of the experiments within 20% of the baseline; the best
+beats the baseline.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="BipedalWalker-v3")
+    parser.add_argument("--budget", type=float, default=60)
+    parser.add_argument("--experiments", type=int, default=8)
+    parser.add_argument("--tag", default=None)
+    parser.add_argument("--here", action="store_true", help="run in this checkout (results/<tag>/) instead of a clone")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary clone")
+    parser.add_argument("--extra", default="", help="more `run` options, e.g. '--eval-workers 1'")
+    args = parser.parse_args()
+
+    tag = args.tag or f"search-{args.env.split('-')[0].lower()}-{time.strftime('%m%d-%H%M%S')}"
+    if args.here:
+        root, scratch = REPO, None
+    else:
+        scratch = Path(tempfile.mkdtemp(prefix="autorl-search-"))
+        root = scratch / "autorl"
+        subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(root)], check=True)
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "PYTHONPATH")}
+    command = [sys.executable, "-m", "orchestrator", "run", "--env", args.env, "--budget", f"{args.budget:g}",
+               "--max-experiments", str(args.experiments), "--tag", tag, "--agent", "optuna", *args.extra.split()]
+    print("$", " ".join(command[1:]), f"  (in {root})", flush=True)
+    started = time.time()
+    run = subprocess.run(command, cwd=root, env=env)
+    wall = time.time() - started
+    results = root / "results" / tag / "results.tsv"
+    if not results.exists():
+        print(f"no results.tsv (exit {run.returncode})", file=sys.stderr)
+        return 1
+    rows = pd.read_csv(results, sep="\t", dtype={"commit": str})
+    figures = summarize(rows)
+    figures.update(env=args.env, budget_s=args.budget, tag=tag, wall_s=round(wall), exit=run.returncode)
+    print_table(rows, figures)
+    print(json.dumps(figures))
+    if scratch is not None and not args.keep:
+        kept = REPO / "results" / tag  # the run folder is worth keeping; the clone is not
+        if not kept.exists():
+            shutil.copytree(root / "results" / tag, kept, ignore=shutil.ignore_patterns("out", "*.pt"))
+        shutil.rmtree(scratch, ignore_errors=True)
+        print(f"run folder copied to {kept}")
+    return 0 if run.returncode == 0 else 1
+
+
+def summarize(rows: pd.DataFrame) -> dict:
+    baseline_rows = rows[(rows["exp"] == 0) & (rows["status"] == "baseline")]
+    baseline = float(baseline_rows["score"].mean())
+    experiments = rows[rows["exp"] > 0]
+    scores = experiments["score"].dropna()
+    band = 0.2 * abs(baseline)
+    within = int(((scores - baseline).abs() <= band).sum())
+    best = float(scores.max()) if len(scores) else None
+    return {"baseline": round(baseline, 3), "baseline_runs": [round(float(s), 3) for s in baseline_rows["score"]],
+            "experiments": int(len(experiments)), "scored": int(len(scores)), "within_20pct": within,
+            "best": None if best is None else round(best, 3),
+            "best_beats_baseline": bool(best is not None and best > baseline),
+            "kept": int((experiments["status"] == "keep").sum()),
+            "statuses": experiments["status"].value_counts().to_dict()}
+
+
+def print_table(rows: pd.DataFrame, f: dict) -> None:
+    print()
+    print(f"baseline        {f['baseline']:.1f}  (runs {', '.join(f'{s:.1f}' for s in f['baseline_runs'])})")
+    for _, row in rows[rows["exp"] > 0].iterrows():
+        score = "-" if pd.isna(row["score"]) else f"{row['score']:.1f}"
+        print(f"exp {row['exp']:<3d} {row['status']:<9s} {score:>7s}  {str(row['description'])[:150]}")
+    print(f"within 20% of the baseline: {f['within_20pct']} of {f['experiments']}")
+    best = "-" if f["best"] is None else f"{f['best']:.1f}"
+    print(f"best {best} vs baseline {f['baseline']:.1f}: {'beats' if f['best_beats_baseline'] else 'does not beat'} it")
+    print(f"kept {f['kept']}; wall {f['wall_s']} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
