@@ -146,3 +146,45 @@ def write_decision(path: Path, record: dict) -> None:
     tmp = Path(path).with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=1) + "\n")
     tmp.replace(path)
+
+
+# ---------------------------------------------------------------- the rule's error rates
+@dataclass
+class Simulated:
+    """How often the rule keeps a candidate, and what that costs, on synthetic scores."""
+    kept: float            # fraction of candidates kept
+    runs: float            # mean train runs per candidate (1 + the confirmations)
+    outright: float        # fraction kept without confirmation
+    trials: int
+
+
+def simulate(gain: float, pairs: int, trials: int, seed: int = 0, sigma: float = 1.0, se: float = 0.0,
+             best_runs: int = 0) -> Simulated:
+    """`trials` candidates whose true score is the best's + gain * sigma, judged by this rule.
+    Every score is normal with seed-to-seed noise sigma (evaluation standard error `se`); the
+    night so far has produced `pairs` pairs of runs of the same code. The best is the reference
+    (best_runs=0) or itself the mean of `best_runs` runs of code as good as the best."""
+    import random
+
+    rng = random.Random(seed)
+    kept = runs = outright = 0
+    true_best = 100.0
+    for _ in range(trials):
+        history = []
+        for k in range(pairs):
+            mu = rng.uniform(0.0, 200.0)
+            history += [ScoredRun(f"code {k}", s, mu + rng.gauss(0.0, sigma), se) for s in (1, 2)]
+        noise = estimate(history)
+        best = true_best if not best_runs else \
+            sum(true_best + rng.gauss(0.0, sigma) for _ in range(best_runs)) / best_runs
+        first = ScoredRun("candidate", 1, true_best + gain * sigma + rng.gauss(0.0, sigma), se)
+        look = first_look(first.score, best, noise.including(extra_se=[se]))
+        runs += 1
+        if look.action == "keep":
+            outright += 1
+        elif look.action == "confirm":
+            second = ScoredRun("candidate", 2, true_best + gain * sigma + rng.gauss(0.0, sigma), se)
+            runs += 1
+            look = second_look(first.score, second.score, best, noise.including([first, second]))
+        kept += look.action == "keep"
+    return Simulated(kept / trials, runs / trials, outright / trials, trials)

@@ -1,0 +1,115 @@
+"""The keep rule: its error rates by simulation (synthetic scores of known seed noise), the noise
+estimate pooled over the night's same-code pairs, and the decisions on the cases that matter."""
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from orchestrator.keep_rule import (A_CONFIRM, A_OUTRIGHT, ScoredRun, estimate, first_look, second_look, simulate,
+                                    t_quantile)
+from orchestrator.loop import Run
+from orchestrator.results import ExpFolder, ResultsFile, Row, RunFolder
+
+
+def test_simulated_error_rates_and_cost(capsys):
+    """Thousands of candidates against the best, seed noise sigma known to the simulation only."""
+    table = []
+    for pairs in (1, 3, 10):
+        null = simulate(0.0, pairs, 4000, seed=pairs, sigma=7.0, se=0.5)
+        gain = simulate(2.0, pairs, 4000, seed=1000 + pairs, sigma=7.0, se=0.5)
+        table.append((pairs, null, gain))
+        # No real improvement: kept at most 5% of the time, however few pairs the night has.
+        assert null.kept <= A_OUTRIGHT + A_CONFIRM, (pairs, null)
+        assert 1.0 < null.runs < 1.6 and 1.0 < gain.runs < 2.0  # the cost: runs per candidate
+    by_pairs = {pairs: gain for pairs, _, gain in table}
+    # A true gain of 2 sigma: kept >= 80% once the night has 10 pairs; less at the very start.
+    assert by_pairs[10].kept >= 0.80
+    assert by_pairs[1].kept >= 0.50 and by_pairs[1].kept < by_pairs[3].kept < by_pairs[10].kept
+    with capsys.disabled():
+        print("\nkeep rule, simulated (4000 candidates each): pairs | no gain: kept, runs | 2 sigma: kept, runs")
+        for pairs, null, gain in table:
+            print(f"  {pairs:2d} | {null.kept:.3f} {null.runs:.2f} | {gain.kept:.3f} {gain.runs:.2f}")
+
+
+def test_simulation_is_scale_free_and_the_floor_only_tightens():
+    assert simulate(0.0, 3, 1000, seed=5, sigma=1.0).kept == simulate(0.0, 3, 1000, seed=5, sigma=1000.0).kept
+    assert simulate(0.0, 3, 2000, seed=6, sigma=1.0, se=2.0).kept <= simulate(0.0, 3, 2000, seed=6, sigma=1.0).kept
+
+
+def test_noise_is_pooled_over_every_same_code_group():
+    runs = [ScoredRun("base", 1, 100.0, 1.0), ScoredRun("base", 2, 110.0, 1.0),      # a pair: 1 df
+            ScoredRun("a", 1, 50.0, 2.0),                                             # alone: nothing
+            ScoredRun("b", 1, 10.0, 0.0), ScoredRun("b", 2, 14.0, 0.0), ScoredRun("b", 3, 12.0, 0.0),  # 2 df
+            ScoredRun("c", 1, 70.0, 0.0), ScoredRun("c", 2, 90.0, 0.0), ScoredRun("c", 1, 80.0, 0.0)]  # seed 1 again
+    noise = estimate(runs)
+    squares = (5 ** 2 * 2) + (2 ** 2 + 2 ** 2 + 0) + (5 ** 2 * 2)  # c: the later seed-1 run (80) replaces 70
+    assert noise.df == 1 + 2 + 1 and noise.pooled == pytest.approx(math.sqrt(squares / 4))
+    assert [len(g) for g in noise.groups] == [2, 3, 2]
+    assert noise.floor == pytest.approx(math.sqrt(2 / 7)) and noise.sigma == noise.pooled
+    # No pair yet: the floor (the evaluation's standard error) is all there is.
+    alone = estimate([ScoredRun("a", 1, 50.0, 2.0)]).including(extra_se=[2.0])
+    assert alone.df == 0 and alone.pooled is None and alone.sigma == pytest.approx(2.0)
+    assert json.loads(json.dumps(noise.evidence()))["groups"][0][1]["score"] == 110.0
+
+
+def test_identical_runs_do_not_make_the_noise_zero():
+    """CartPole's 0.000: two baseline runs with the same score. The floor (the evaluation's
+    standard error) and one pair's t quantile still ask a small win to be confirmed."""
+    noise = estimate([ScoredRun("base", 1, 180.0, 4.0), ScoredRun("base", 2, 180.0, 4.0)]).including(extra_se=[4.0])
+    assert noise.pooled == 0.0 and noise.sigma == pytest.approx(4.0)
+    assert first_look(180.0, 180.0, noise).action == "discard"
+    lucky = first_look(195.0, 180.0, noise)
+    assert lucky.action == "confirm" and lucky.threshold == pytest.approx(180 + t_quantile(1 - A_OUTRIGHT, 1) * 4.0)
+    # A candidate far beyond anything the noise explains is kept without confirmation.
+    assert first_look(500.0, 180.0, noise).action == "keep"
+    # The confirmation: the pair (195, 193) joins the estimate; the 2-seed mean must clear
+    # best + t(1 - A_CONFIRM, 2) * sigma / sqrt 2.
+    after = noise.including([ScoredRun("cand", 1, 195.0, 4.0), ScoredRun("cand", 2, 193.0, 4.0)])
+    look = second_look(195.0, 193.0, 180.0, after)
+    assert after.df == 2 and look.action == "keep"
+    assert look.threshold == pytest.approx(180 + t_quantile(1 - A_CONFIRM, 2) * after.sigma / math.sqrt(2))
+    assert "confirmed over 2 seeds: 195.000, 193.000" in look.note
+    worse = second_look(195.0, 166.0, 180.0, noise.including([ScoredRun("c", 1, 195.0, 4.0),
+                                                                ScoredRun("c", 2, 166.0, 4.0)]))
+    assert worse.action == "discard" and worse.note.startswith("not confirmed over 2 seeds")
+
+
+def _eval(folder: ExpFolder, mean: float, se: float = 1.0) -> None:
+    folder.path.mkdir(parents=True, exist_ok=True)
+    folder.eval_json.write_text(json.dumps({"mean": mean, "se": se, "returns": [mean]}))
+
+
+def test_a_nights_pairs_baselines_confirmations_and_re_baselines(tmp_path):
+    """Which runs count as the same code: read from results.tsv and the exp folders' eval.json."""
+    folder = RunFolder(tmp_path)
+    results = ResultsFile(folder.results)
+    results.create()
+    rows = [Row(0, "train", "baseline", score=100.0), Row(0, "train", "baseline", score=110.0),
+            Row(1, "train", "discard", score=110.0), Row(2, "train", "keep", score=150.0),
+            Row(3, "translate", "keep"), Row(4, "train", "baseline", score=140.0),
+            Row(5, "train", "keep", score=165.0), Row(6, "train", "crash"), Row(7, "train", "invalid", score=999.0),
+            Row(8, "translate", "keep"), Row(9, "train", "baseline", score=168.0)]
+    for row in rows:
+        results.append(row)
+    _eval(folder.exp(0), 100.0)
+    _eval(folder.exp(0).run(2), 110.0)
+    _eval(folder.exp(1), 120.0)
+    _eval(ExpFolder(folder.exp(1).confirm), 100.0)
+    _eval(folder.exp(2), 150.0)                     # kept outright: one run
+    _eval(folder.exp(4), 140.0)                     # its re-baseline: seed 1 again, replaces it
+    _eval(folder.exp(5), 160.0)
+    _eval(ExpFolder(folder.exp(5).confirm), 170.0)  # kept after confirmation
+    _eval(folder.exp(7), 999.0)
+    _eval(ExpFolder(folder.exp(7).confirm), 0.0)    # an invalid experiment's runs never count
+    _eval(folder.exp(9), 168.0)                     # re-baseline of exp 5: pairs with its confirmation
+    run = Run.__new__(Run)
+    run.config, run.folder, run.results = SimpleNamespace(train_seeds=[1, 2], confirm_seed=2), folder, results
+    noise = run.noise_estimate()
+    assert [[r.label for r in g] for g in noise.groups] == [
+        ["exp 0 run 1", "exp 0 run 2"], ["exp 1", "exp 1 confirm"], ["exp 9 re-baseline", "exp 5 confirm"]]
+    assert noise.df == 3
+    assert noise.pooled == pytest.approx(math.sqrt((10 ** 2 / 2 + 20 ** 2 / 2 + 2 ** 2 / 2) / 3))
+    assert run.noise == noise.sigma

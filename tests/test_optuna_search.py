@@ -1,0 +1,214 @@
+"""The optuna agent's search: local around the best, a few constants at a time on their own
+scales, never the same configuration twice, wider when the best stays put, recentred by a keep;
+then the same on a cheap env through the real daemon."""
+from __future__ import annotations
+
+import json
+import math
+import textwrap
+
+import git
+import optuna
+import pytest
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+from orchestrator.agents.base import AgentContext, NoMoreProposals, Outcome
+from orchestrator.agents.optuna_agent import WIDEN_EVERY, OptunaAgent, format_value, key_of, read_block
+from tests.conftest import AUTORL_ROOT, FAST, read_results, run_daemon
+
+REAL_TRAIN_PY = (AUTORL_ROOT / "candidate" / "train.py").read_text()
+
+
+class Night:
+    """The loop as the agent sees it: before every proposal the worktree holds the best commit."""
+
+    def __init__(self, tmp_path, text=REAL_TRAIN_PY, **agent_options):
+        self.worktree, self.run_dir = tmp_path / "wt", tmp_path / "run"
+        (self.worktree / "candidate").mkdir(parents=True)
+        self.run_dir.mkdir()
+        self.best_text = text
+        self.agent = OptunaAgent(self.run_dir, seed=agent_options.pop("seed", 0), **agent_options)
+        self.exp = 0
+
+    def propose(self):
+        self.exp += 1
+        self.path.write_text(self.best_text)
+        exp_dir = self.run_dir / f"exp-{self.exp:04d}"
+        exp_dir.mkdir()
+        ctx = AgentContext(phase="train", exp=self.exp, env_id="CartPole-v1", worktree=self.worktree,
+                           run_dir=self.run_dir, exp_dir=exp_dir, program="", allowed_paths=["candidate/train.py"])
+        proposal = self.agent.propose(ctx)
+        return ctx, proposal, self.path.read_text()
+
+    def tell(self, ctx, text, status, score=1.0):
+        if status == "keep":
+            self.best_text = text
+        self.agent.tell(ctx, Outcome(status, score, None))
+
+    @property
+    def path(self):
+        return self.worktree / "candidate" / "train.py"
+
+
+def values(text: str) -> dict:
+    return {c.name: c.value for c in read_block(text)}
+
+
+def changed(before: dict, after: dict) -> dict:
+    return {n: (before[n], after[n]) for n in before if format_value(before[n]) != format_value(after[n])}
+
+
+def trial_of(study, exp):
+    return next(t for t in study.get_trials() if t.user_attrs.get("exp") == exp)
+
+
+def test_first_trials_are_small_steps_from_the_baseline_and_all_distinct(tmp_path):
+    night = Night(tmp_path)
+    base = values(REAL_TRAIN_PY)
+    space = night.agent.space(read_block(REAL_TRAIN_PY))
+    seen = {key_of({n: base[n] for n in space})}
+    for round_ in range(2):  # --parallel 4: four proposals before any outcome
+        proposed = [night.propose() for _ in range(4)]
+        for ctx, proposal, text in proposed:
+            new = values(text)
+            diff = changed(base, new)
+            assert 1 <= len(diff) <= 3, diff
+            assert len(diff) <= 2 or round_ > 0  # the first WIDEN_EVERY trials: one or two constants
+            assert proposal.description.startswith(f"optuna trial {ctx.exp - 1}: ")
+            for name, (old, value) in diff.items():
+                assert name in space and type(value) is type(old), (name, old, value)
+                dist = space[name]
+                if isinstance(dist, CategoricalDistribution):
+                    assert value in dist.choices
+                else:
+                    assert dist.low <= value <= dist.high
+                if name in ("LEARNING_RATE", "CLIP_COEF", "MAX_GRAD_NORM", "VF_COEF"):  # rates: log steps
+                    octaves = abs(math.log2(value / old))
+                    assert octaves == pytest.approx(round(octaves * 2) / 2, abs=1e-3) and octaves <= 1.5
+                if name in ("NUM_ENVS", "NUM_STEPS", "NUM_MINIBATCHES", "HIDDEN_SIZE"):  # sizes: powers of two
+                    assert value in (old // 4, old // 2, old * 2, old * 4)
+            key = key_of({n: new[n] for n in space})
+            assert key not in seen
+            seen.add(key)
+        for ctx, _, text in proposed:
+            night.tell(ctx, text, "discard", 0.0)
+
+
+def test_a_keep_recentres_the_search_and_a_stuck_best_widens_it(tmp_path):
+    night = Night(tmp_path, seed=3)
+    base = values(REAL_TRAIN_PY)
+    for _ in range(WIDEN_EVERY):
+        ctx, _, text = night.propose()
+        night.tell(ctx, text, "discard", 0.0)
+    assert [trial_of(night.agent.study, e).user_attrs["radius"] for e in range(1, WIDEN_EVERY + 1)] == [1] * WIDEN_EVERY
+    ctx, _, kept_text = night.propose()
+    assert trial_of(night.agent.study, ctx.exp).user_attrs["radius"] == 2  # four trials around one best: wider
+    night.tell(ctx, kept_text, "keep", 2.0)
+    kept = values(kept_text)
+    for _ in range(3):
+        ctx, _, text = night.propose()
+        trial = trial_of(night.agent.study, ctx.exp)
+        # Around the kept configuration now, and back to small steps.
+        assert trial.user_attrs["radius"] == 1
+        assert dict(json.loads(trial.user_attrs["centre"])) == {n: format_value(v) for n, v in kept.items()
+                                                                if n in trial.params}
+        diff = changed(kept, values(text))
+        assert 1 <= len(diff) <= 2
+        assert set(changed(base, kept)) - set(diff) <= set(changed(base, values(text)))  # the keep's moves stay
+        night.tell(ctx, text, "discard", 0.0)
+
+
+def test_optuna_params_limit_the_search_and_an_exhausted_space_ends_the_run(tmp_path):
+    night = Night(tmp_path / "a", only={"LEARNING_RATE", "NORM_OBS"})
+    base = values(REAL_TRAIN_PY)
+    for _ in range(6):
+        ctx, _, text = night.propose()
+        assert set(changed(base, values(text))) <= {"LEARNING_RATE", "NORM_OBS"}
+        night.tell(ctx, text, "discard", 0.0)
+    flag = Night(tmp_path / "b", only={"NORM_OBS"})
+    ctx, proposal, text = flag.propose()
+    assert proposal.description.endswith("NORM_OBS True->False")
+    flag.tell(ctx, text, "discard", 0.0)
+    with pytest.raises(NoMoreProposals, match="every configuration near the best was tried"):
+        flag.propose()
+
+
+def test_a_resumed_study_never_repeats_a_configuration(tmp_path):
+    night = Night(tmp_path)
+    texts = []
+    for _ in range(4):
+        ctx, _, text = night.propose()
+        texts.append(text)
+        night.tell(ctx, text, "discard", 0.0)
+    night.agent = OptunaAgent(night.run_dir, seed=0)  # the same seed: it would draw the same moves
+    for _ in range(4):
+        ctx, _, text = night.propose()
+        assert text not in texts
+        texts.append(text)
+        night.tell(ctx, text, "discard", 0.0)
+    assert len(night.agent.study.trials) == 8
+
+
+# A cheap env with a block of eight constants: any move away from the shipped values balances
+# the pole (500), the shipped ones score ~145. The first trial is kept, and the next ones must
+# start from it.
+TOY_TRAIN_PY = textwrap.dedent('''\
+    import os
+    from pathlib import Path
+
+    import torch
+
+    # >>> hyperparameters
+    BIAS = 1.0  # the controller's bias
+    LEARNING_RATE = 3e-4  # unused
+    NUM_STEPS = 128  # unused
+    GAMMA = 0.99  # unused
+    ENT_COEF = 0.01  # unused
+    HIDDEN_SIZE = 64  # unused
+    USE_X = True  # unused
+    CLIP_COEF = 0.2  # unused
+    # <<< hyperparameters
+    SHIPPED = {"BIAS": 1.0, "LEARNING_RATE": 3e-4, "NUM_STEPS": 128, "GAMMA": 0.99, "ENT_COEF": 0.01,
+               "HIDDEN_SIZE": 64, "USE_X": True, "CLIP_COEF": 0.2}
+    moved = any(globals()[name] != value for name, value in SHIPPED.items())
+
+
+    class Controller(torch.nn.Module):
+        def __init__(self, bias: float):
+            super().__init__()
+            self.bias = bias
+
+        def forward(self, obs: torch.Tensor) -> torch.Tensor:
+            s = 0.1 * obs[:, 0] + 0.5 * obs[:, 1] + 10.0 * obs[:, 2] + 2.0 * obs[:, 3]
+            return (s + self.bias > 0).long()
+
+
+    out = Path(os.environ["AUTORL_OUTPUT_DIR"])
+    out.mkdir(parents=True, exist_ok=True)
+    torch.jit.save(torch.jit.script(Controller(0.0 if moved else 1.0)), str(out / "policy.pt"))
+    print("---")
+    print("env_steps: 1000")
+''')
+
+
+def test_search_on_a_cheap_env_starts_small_and_recentres_on_the_keep(autorl_repo):
+    repo = autorl_repo(TOY_TRAIN_PY)
+    result = run_daemon(repo, "run", "--env", "CartPole-v1", "--budget", "2", "--tag", "toy", "--agent", "optuna",
+                        "--max-experiments", "3", *FAST, "--grace", "30", timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    rows = read_results(repo, "toy")
+    assert rows["status"].tolist() == ["baseline", "baseline", "keep", "discard", "discard"]
+    assert rows["score"][2] == 500.0 and "not above best 500.000" in rows["description"][3]
+    main = git.Repo(repo)
+    shipped = values(TOY_TRAIN_PY)
+    kept = values(main.git.show(f"{rows['commit'][2]}:candidate/train.py"))
+    study = optuna.load_study(study_name="autorl", storage=f"sqlite:///{repo / 'results' / 'toy' / 'optuna.db'}")
+    for exp, commit, centre in ((1, rows["commit"][2], shipped), (2, rows["commit"][3], kept),
+                                (3, rows["commit"][4], kept)):
+        new = values(main.git.show(f"{commit}:candidate/train.py"))
+        assert 1 <= len(changed(centre, new)) <= 3, (exp, changed(centre, new))
+        trial = trial_of(study, exp)
+        assert dict(json.loads(trial.user_attrs["centre"])) == {n: format_value(v) for n, v in centre.items()}
+    decision = json.loads((repo / "results" / "toy" / "exp-0001" / "decision.json").read_text())
+    assert decision["status"] == "keep" and decision["first_look"]["action"] == "keep"
+    assert decision["noise"]["df"] == 1 and decision["noise"]["pooled"] == 0.0  # two identical baselines
