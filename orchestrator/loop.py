@@ -10,6 +10,7 @@ before each step (InFlight), so `--resume` after any crash can account for it.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import time
@@ -244,8 +245,6 @@ class Run:
         note = m.note
         if m.status in ("crash", "timeout"):  # training fails on the new backend: revert the translation
             translation = [r for r in self.rows() if r.phase == "translate" and r.status == "keep"][-1]
-            import json
-
             record = self.folder.exp(translation.exp).translate
             previous = json.loads(record.read_text()).get("previous_best") if record.exists() else None
             if previous:
@@ -497,8 +496,6 @@ class Run:
 
     def _check_main_harness(self, exp: int) -> None:
         """Warn (once) when the checkout's evaluate.py changed: a new run would copy it."""
-        import hashlib
-
         main_harness = Path(self.config.main_root) / RunFolder.HARNESS
         if self._warned_main_harness or not main_harness.exists():
             return

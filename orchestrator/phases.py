@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 from envs_fast.protocol import slug
 
-from .artifacts import TRAIN_SCRIPT
+from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log
 from .keep_rule import A_CONFIRM, A_OUTRIGHT, Noise, ScoredRun, first_look, second_look
 from .results import RunFolder, Row
@@ -237,7 +237,7 @@ class TranslatePhase(Phase):
             stopped = trial.stop_requested()
             return verdict("interrupted" if stopped else "crash",
                            note="stopped during the benchmark" if stopped else f"{verified}; the benchmark failed",
-                           failure=_tail(folder.bench.with_suffix(".log")))
+                           failure=log_tail(folder.bench.with_suffix(".log")))
         speedup = new["adapter_sps"] / max(old["adapter_sps"], 1e-9)
         name = _spec_name(old["backend"])
         record = {"spec": path, "incumbent": name, "ratio": new["ratio"], "speedup": speedup,
@@ -265,12 +265,6 @@ def _read_json(path: Path) -> dict:
         return json.loads(Path(path).read_text())
     except (OSError, ValueError):
         return {}
-
-
-def _tail(path: Path, lines: int = 60) -> str:
-    from .artifacts import log_tail
-
-    return log_tail(path, lines)
 
 
 def _first_line(text: str) -> str:

@@ -13,13 +13,12 @@ import pytest
 
 import modal_app
 from orchestrator.config import Limits, Options
-from orchestrator.inflight import InFlight
 from orchestrator.agents.replay import ReplayAgent
 from orchestrator.daemon import write_state
 from orchestrator.runners.modal import ComputePrices, ModalRunner
 from orchestrator.setup import runner_settings, start
 from tests.conftest import FAST, read_results, run_daemon, tiny_train_py, write_replay
-from tests.test_loop_units import restore_signals  # noqa: F401  (fixture)
+from tests.test_loop_units import restore_signals  # noqa: F401,F811  (a fixture, used by name)
 
 
 class FakeCall:

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Callable, Optional, Protocol
 
 from ..artifacts import TRAIN_SCRIPT, log_tail
-from ..inflight import InFlight
 from ..results import ExpFolder
 
 

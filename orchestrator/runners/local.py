@@ -19,6 +19,7 @@ a pass, the benchmarked backend's figures), so candidate code cannot forge a ver
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import sys
@@ -123,8 +124,6 @@ class LocalRunner:
     def evaluate(self, slot: Slot, policy: Path) -> EvalOutcome:
         """Score `policy` with the run's copy of evaluate.py (hash checked first) in a fresh process
         that imports nothing of the candidate's and sees only the harness copy and the artifact."""
-        import hashlib
-
         s, folder = self.settings, slot.folder
         if hashlib.sha256(s.harness.read_bytes()).hexdigest() != s.harness_sha256:
             log.error("%s does not match the hash recorded at setup; restoring it from the copy verified at "
