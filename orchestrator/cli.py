@@ -1,4 +1,4 @@
-"""Argument parsing only: `python -m orchestrator run|status|stop|pull|verify|bench ...`."""
+"""Argument parsing only: `python -m orchestrator run|status|stop|report|pull|verify|bench ...`."""
 from __future__ import annotations
 
 import argparse
@@ -48,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m orchestrator",
         description="autorl: an overnight autoresearch daemon for reinforcement learning.",
         epilog=f"first run: {USAGE_EXAMPLE}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{run,status,stop,pull,verify,bench}")
+    sub = parser.add_subparsers(dest="command", required=True,
+                                metavar="{run,status,stop,report,pull,verify,bench}")
 
     run = sub.add_parser("run", help="start (or --resume) a run; loops until a limit or `stop`",
                          description="Train, score with the fixed harness, keep or revert, repeat.")
@@ -115,6 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="how long to wait for the daemon to finish (default %(default)s)")
     stop.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
 
+    report = sub.add_parser("report", help="the morning report: summary, progress.png, report.html",
+                            description="Write results/<tag>/progress.png and report.html and print the summary.")
+    report.add_argument("--tag", help="the run (default: the latest)")
+    report.add_argument("--open", action="store_true", help="open report.html in a browser")
+    report.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
+
     pull = sub.add_parser("pull", help="bring a night run on Modal home: results/<tag>/ and its branch")
     pull.add_argument("--tag", required=True, help="the run's tag")
     pull.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
@@ -135,6 +142,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _status(args)
     if args.command == "pull":
         return _pull(args)
+    if args.command == "report":
+        return _report(args)
     return _stop(args)
 
 
@@ -217,6 +226,44 @@ def _status(args) -> int:
         return 1
     print(text)
     return code
+
+
+def _run_dir(args) -> Path:
+    """results/<tag> of --tag, else of the latest run."""
+    from .report import latest_run
+
+    root = _results_root(args)
+    if args.tag:
+        if not (root / args.tag / "run.json").exists():
+            raise LookupError(f"no run {args.tag!r} under {root}")
+        return root / args.tag
+    latest = latest_run(root)
+    if latest is None:
+        raise LookupError(f"no runs under {root}")
+    return latest
+
+
+def _report(args) -> int:
+    from . import report
+    from .workspace import WorkspaceError
+
+    try:
+        run_dir = _run_dir(args)
+    except (LookupError, WorkspaceError) as exc:
+        print(f"autorl: error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        night = report.write(run_dir)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"autorl: error: cannot read the run in {run_dir}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(report.summary_text(night))
+    print(f"  report: {night.folder.report_html}\n  chart:  {night.folder.progress_png}")
+    if args.open:
+        import webbrowser
+
+        webbrowser.open(night.folder.report_html.resolve().as_uri())
+    return 0
 
 
 def _stop(args) -> int:

@@ -276,5 +276,6 @@ class ScheduleFolder:
         raise AttributeError(name)
 
 
-__all__ = ["RunFolder", "ExpFolder", "ScheduleFolder", "COLUMNS", "HEADER", "STATUSES", "Row", "ResultsFile", "summarize", "compact_table",
+__all__ = ["RunFolder", "ExpFolder", "ScheduleFolder", "COLUMNS", "HEADER", "STATUSES", "Row", "ResultsFile",
+           "summarize", "compact_table",
            "utc_now", "one_line"]

@@ -42,6 +42,8 @@ def run_status(run_dir: Path) -> list[str]:
     counts = ", ".join(f"{k} {v}" for k, v in sorted(summary["counts"].items())) or "no rows yet"
     lines.append(f"  {summary['experiments']} experiments after the baseline: {counts}; "
                  f"cost ${summary['cost_usd']:.2f}")
+    if folder.report_html.exists():
+        lines.append(f"  report: {folder.report_html}")
     return lines
 
 
