@@ -1,4 +1,4 @@
-"""Argument parsing only: `python -m orchestrator run|status|stop|report|pull|verify|bench ...`."""
+"""Argument parsing only: `python -m orchestrator run|status|stop|report|transfer|pull|verify|bench ...`."""
 from __future__ import annotations
 
 import argparse
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="autorl: an overnight autoresearch daemon for reinforcement learning.",
         epilog=f"first run: {USAGE_EXAMPLE}")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{run,status,stop,report,pull,verify,bench}")
+                                metavar="{run,status,stop,report,transfer,pull,verify,bench}")
 
     run = sub.add_parser("run", help="start (or --resume) a run; loops until a limit or `stop`",
                          description="Train, score with the fixed harness, keep or revert, repeat.")
@@ -122,6 +122,18 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--open", action="store_true", help="open report.html in a browser")
     report.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
 
+    transfer = sub.add_parser(
+        "transfer", help="train the run's starting and best train.py on other envs (transfer.tsv/png)",
+        description="Train the run's starting train.py and its best on each env with the same budget and seeds, "
+                    "through the run's runner; score with its harness. Finished cells are not retrained.")
+    transfer.add_argument("--tag", help="the run (default: the latest)")
+    transfer.add_argument("--envs", required=True, metavar="ENV,ENV",
+                          help="comma-separated env ids, e.g. Hopper-v5,Walker2d-v5,HalfCheetah-v5,Ant-v5")
+    transfer.add_argument("--budget", dest="budget_s", type=_positive_float, metavar="SECONDS",
+                          help="training budget per cell (default: the run's)")
+    transfer.add_argument("--seeds", type=_positive_int, default=1, metavar="N", help="seeds 1..N (default 1)")
+    transfer.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
+
     pull = sub.add_parser("pull", help="bring a night run on Modal home: results/<tag>/ and its branch")
     pull.add_argument("--tag", required=True, help="the run's tag")
     pull.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
@@ -144,6 +156,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _pull(args)
     if args.command == "report":
         return _report(args)
+    if args.command == "transfer":
+        return _transfer(args)
     return _stop(args)
 
 
@@ -264,6 +278,29 @@ def _report(args) -> int:
 
         webbrowser.open(night.folder.report_html.resolve().as_uri())
     return 0
+
+
+def _transfer(args) -> int:
+    from . import report
+    from .transfer import TransferError, load_frame, run_transfer, summary_text
+    from .workspace import WorkspaceError
+
+    try:
+        run_dir = _run_dir(args)
+        envs = [e.strip() for e in args.envs.split(",") if e.strip()]
+        stats = run_transfer(run_dir, envs, budget_s=args.budget_s, seeds=args.seeds,
+                             say=lambda text: print(text, flush=True))
+    except (LookupError, TransferError, WorkspaceError) as exc:
+        print(f"autorl: error: {exc}", file=sys.stderr)
+        return 1
+    report.refresh(run_dir)
+    frame = load_frame(run_dir / "transfer.tsv")
+    if frame is not None:
+        print(summary_text(frame))
+    print(f"trained {stats['trained']}, already done {stats['skipped']}"
+          + ("; stopped before the end (run it again to go on)" if stats["stopped"] else ""))
+    print(f"results: {run_dir / 'transfer.tsv'}, {run_dir / 'transfer.png'}, {run_dir / 'report.html'}")
+    return 1 if stats["stopped"] else 0
 
 
 def _stop(args) -> int:
