@@ -66,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-cost", type=_positive_float, metavar="USD",
                      help="stop once the run's agent cost reaches this")
     run.add_argument("--resume", action="store_true", help="continue an existing run (after a stop or crash)")
+    run.add_argument("--from", dest="from_ref", metavar="REF",
+                     help="a new run's branch starts from REF (e.g. autorl/<tag>: an earlier run's best) "
+                          "instead of the checkout's HEAD")
     where = run.add_argument_group("where experiments run")
     where.add_argument("--runner", choices=("local", "modal"),
                        help="local process groups (default) or Modal containers (needs `modal token new`)")
@@ -198,7 +201,7 @@ def _run(args) -> int:
             runner=args.runner, parallel=args.parallel, runner_options=_runner_options(args),
             sandbox=args.sandbox, max_output_mb=args.max_output_mb,
             repo=args.repo, agent_args=args)
-        return start(options, make_agent, dict(os.environ))
+        return start(options, make_agent, dict(os.environ), from_ref=args.from_ref)
     except (RunError, WorkspaceError) as exc:
         print(f"autorl: error: {exc}", file=sys.stderr)
         return 1

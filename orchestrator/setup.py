@@ -104,8 +104,9 @@ def check_sandbox(mode: str) -> None:
         raise RunError(f"{exc} (install bubblewrap, or run with --sandbox auto to go on without walls)") from None
 
 
-def start(options: Options, agent_factory: Callable, environ: dict) -> int:
-    """`python -m orchestrator run`: returns the exit code."""
+def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Optional[str] = None) -> int:
+    """`python -m orchestrator run`: returns the exit code. `from_ref` (`run --from REF`): a new
+    run's branch starts from REF instead of the checkout's HEAD."""
     setup_logging(None)
     root = repo_root(options.repo or Path.cwd())
     results_root = root / "results"
@@ -131,8 +132,10 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
     if not existing and workspace.exists():
         raise RunError(f"branch {workspace.branch} or folder {workspace.path} already exists without a run "
                        f"folder; remove them (git worktree remove, git branch -D) or choose another --tag")
+    if from_ref is not None and existing:
+        raise RunError(f"--from: run {tag!r} already exists and keeps the commit it started from")
     if not existing:
-        _check_new_run(options, root)
+        _check_new_run(options, root, workspace, from_ref)
         check_sandbox(options.sandbox or "auto")
         if options.runner_factory is None:  # a test's factory brings its own (fake) Modal
             check_runner(options.runner or "local", root)
@@ -169,7 +172,7 @@ def start(options: Options, agent_factory: Callable, environ: dict) -> int:
         if existing:
             log.info("resuming run %s (%s) in %s", tag, config.env_id, workspace.path)
         else:
-            config, harness_bytes = _new_config(options, tag, root, folder, workspace, agent_name)
+            config, harness_bytes = _new_config(options, tag, root, folder, workspace, agent_name, from_ref)
             log.info("new run %s: %s, budget %ss, %d eval episodes; worktree %s on branch %s", tag,
                      config.env_id, config.budget_s, config.eval_episodes, workspace.path, workspace.branch)
         log.info("agent: %s (%s); runner: %s, %d candidate(s) per round", agent_name, why, config.runner,
@@ -220,23 +223,32 @@ def schedule_for(options: Options, agent_name: Optional[str] = None) -> list[str
         raise RunError(str(exc)) from None
 
 
-def _check_new_run(options: Options, root: Path) -> None:
+def _check_new_run(options: Options, root: Path, workspace: Workspace, from_ref: Optional[str] = None) -> None:
     check_env_id(options.env_id)
-    for required, why in ((HARNESS, "the trusted harness is needed to score experiments"),
-                          (TRAIN_SCRIPT, "nothing to train")):
-        if not (root / required).is_file():
-            raise RunError(f"{root / required} is missing: {why}")
+    if not (root / HARNESS).is_file():
+        raise RunError(f"{root / HARNESS} is missing: the trusted harness is needed to score experiments")
+    if from_ref is None:
+        if not (root / TRAIN_SCRIPT).is_file():
+            raise RunError(f"{root / TRAIN_SCRIPT} is missing: nothing to train")
+    else:
+        commit = workspace.start_commit(from_ref)
+        try:
+            workspace.main.commit(commit).tree / TRAIN_SCRIPT
+        except KeyError:
+            raise RunError(f"--from {from_ref}: commit {commit[:7]} has no {TRAIN_SCRIPT}: nothing to train") from None
     schedule_for(options)
 
 
 def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, workspace: Workspace,
-                agent_name: str) -> tuple[RunConfig, bytes]:
+                agent_name: str, from_ref: Optional[str] = None) -> tuple[RunConfig, bytes]:
     harness_budget, harness_episodes = _harness_defaults(root)
     budget = options.budget_s if options.budget_s is not None else harness_budget
-    if workspace.main_is_dirty():
+    if from_ref is None and workspace.main_is_dirty():
         log.warning("the main checkout has uncommitted changes; the run starts from its last commit")
     schedule = schedule_for(options, agent_name)
-    base = workspace.create()
+    base = workspace.create(from_ref)
+    if from_ref is not None:
+        log.info("the run starts from %s (%s)", from_ref, base[:7])
     harness_bytes = (root / HARNESS).read_bytes()
     folder.harness.write_bytes(harness_bytes)
     config = RunConfig(

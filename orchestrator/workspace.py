@@ -54,11 +54,21 @@ class Workspace:
     def exists(self) -> bool:
         return self.path.exists() or self.branch in [h.name for h in self.main.heads]
 
-    def create(self) -> str:
-        """New worktree on a new branch from the main checkout's HEAD; returns that commit."""
-        if self.main.head.is_valid() is False:
-            raise WorkspaceError(f"{self.main_root} has no commit yet; commit your files first")
-        base = self.main.head.commit.hexsha
+    def start_commit(self, ref: Optional[str] = None) -> str:
+        """The commit a new run starts from: `ref` (a branch such as autorl/<tag>, a tag, a sha),
+        else the main checkout's HEAD."""
+        if ref is None:
+            if self.main.head.is_valid() is False:
+                raise WorkspaceError(f"{self.main_root} has no commit yet; commit your files first")
+            return self.main.head.commit.hexsha
+        try:
+            return self.main.commit(ref).hexsha
+        except (git.BadName, ValueError, git.GitCommandError):
+            raise WorkspaceError(f"--from {ref}: no such commit, branch or tag in {self.main_root}") from None
+
+    def create(self, ref: Optional[str] = None) -> str:
+        """New worktree on a new branch from `ref` (default: the main checkout's HEAD); returns that commit."""
+        base = self.start_commit(ref)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.main.git.worktree("add", "-b", self.branch, str(self.path), base)
         self._exclude_run_folders()
