@@ -39,8 +39,8 @@ from typing import Optional
 
 from scipy import stats
 
-A_OUTRIGHT = 0.005     # false keeps allowed to the first look (no confirmation)
-A_CONFIRM = 0.045      # ... and to the confirmed look: 5% in all
+A_OUTRIGHT = 0.01      # false keeps allowed to the first look (no confirmation)
+A_CONFIRM = 0.04       # ... and to the confirmed look: 5% in all
 MIN_SIGMA = 1e-9       # sigma when every run and every evaluation agree exactly
 
 

@@ -27,7 +27,7 @@ def test_simulated_error_rates_and_cost(capsys):
     by_pairs = {pairs: gain for pairs, _, gain in table}
     # A true gain of 2 sigma: kept >= 80% once the night has 10 pairs; less at the very start.
     assert by_pairs[10].kept >= 0.80
-    assert by_pairs[1].kept >= 0.50 and by_pairs[1].kept < by_pairs[3].kept < by_pairs[10].kept
+    assert by_pairs[1].kept >= 0.45 and by_pairs[1].kept < by_pairs[3].kept < by_pairs[10].kept
     with capsys.disabled():
         print("\nkeep rule, simulated (4000 candidates each): pairs | no gain: kept, runs | 2 sigma: kept, runs")
         for pairs, null, gain in table:

@@ -64,7 +64,7 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
         # pair 260/9 raises sigma to ~136 over 2 pairs).
         1: {"candidate/train.py": seed_dependent({1: 0.5, 2: 5.0}), "DESCRIPTION": "lucky seed", "COST_USD": "0.5"},
         # 500 with seed 1: above the best but inside the noise of 2 pairs, so confirmed with seed 2:
-        # 500 again, a mean beyond best + t(0.955, 3 pairs) * sigma / sqrt 2 (~400). (A 260 then 500,
+        # 500 again, a mean beyond best + t(0.96, 3 pairs) * sigma / sqrt 2 (~400). (A 260 then 500,
         # kept by the former rule "the 2-seed mean beats the best", is no evidence at this noise.)
         2: {"candidate/train.py": seed_dependent({1: 0.0, 2: 0.0}), "DESCRIPTION": "real gain", "COST_USD": "0.5"},
         3: {"candidate/train.py": seed_dependent({1: 0.0, 2: 0.0}), "DESCRIPTION": "never run"},

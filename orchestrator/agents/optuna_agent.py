@@ -180,7 +180,7 @@ def clip(value, dist: BaseDistribution):
     return min(max(value, dist.low), dist.high)
 
 
-def neighbour(name: str, value, dist: BaseDistribution, steps: int, rng: random.Random):
+def neighbour(value, dist: BaseDistribution, steps: int, rng: random.Random):
     """`value` moved by `steps` half-octaves (up or down at random) in the constant's own scale,
     inside its bounds; the same value when no move is possible that way."""
     sign = rng.choice((-1, 1))
@@ -243,7 +243,7 @@ class LocalSearch(optuna.samplers.BaseSampler):
                 params = dict(centre)
                 for name in self.rng.sample(names, count):
                     steps = self.rng.randint(1, radius + 1)
-                    params[name] = neighbour(name, centre[name], search_space[name], steps, self.rng)
+                    params[name] = neighbour(centre[name], search_space[name], steps, self.rng)
                 if key_of(params) not in tried:
                     changed = [n for n in names if format_value(params[n]) != format_value(centre[n])]
                     self.last = {"centre": centre_key, "radius": radius, "changed": changed}
