@@ -1,4 +1,4 @@
-"""Argument parsing only: `python -m orchestrator run|status|stop|report|transfer|pull|verify|bench ...`."""
+"""Argument parsing only: `python -m orchestrator run|status|stop|report|transfer|schedule|pull|verify|bench ...`."""
 from __future__ import annotations
 
 import argparse
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="autorl: an overnight autoresearch daemon for reinforcement learning.",
         epilog=f"first run: {USAGE_EXAMPLE}")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{run,status,stop,report,transfer,pull,verify,bench}")
+                                metavar="{run,status,stop,report,transfer,schedule,pull,verify,bench}")
 
     run = sub.add_parser("run", help="start (or --resume) a run; loops until a limit or `stop`",
                          description="Train, score with the fixed harness, keep or revert, repeat.")
@@ -137,6 +137,18 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.add_argument("--seeds", type=_positive_int, default=1, metavar="N", help="seeds 1..N (default 1)")
     transfer.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
 
+    schedule = sub.add_parser(
+        "schedule", help="start a run every night at --at until --until (foreground; fit for nohup)",
+        description="Every night at --at, `run [run options] --tag <slug>-<mon><day> --until HH:MM`, from the "
+                    "previous scheduled night's best (--from autorl/<its tag>). SIGTERM stops it and the run in "
+                    "flight. Any `run` option may follow (--env is required; not --tag, --resume, --until).",
+        usage="python -m orchestrator schedule --at HH:MM --until HH:MM --env ENV_ID [run options]")
+    schedule.add_argument("--at", required=True, metavar="HH:MM", help="local time a night's run starts")
+    schedule.add_argument("--until", required=True, metavar="HH:MM", help="local time a night's run ends")
+    schedule.add_argument("--every", type=_positive_float, help=argparse.SUPPRESS)  # tests: seconds apart
+    schedule.add_argument("--stop-wait", type=_positive_float, default=300.0, help=argparse.SUPPRESS)
+    schedule.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
+
     pull = sub.add_parser("pull", help="bring a night run on Modal home: results/<tag>/ and its branch")
     pull.add_argument("--tag", required=True, help="the run's tag")
     pull.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
@@ -150,7 +162,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("verify", "bench"):  # they own their arguments
         return _delegate(argv[0], argv[1:])
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if argv and argv[0] == "schedule":  # the rest are `run` options, passed on to each night's run
+        args, run_args = parser.parse_known_args(argv)
+        return _schedule(parser, args, run_args)
+    args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)
     if args.command == "status":
@@ -304,6 +320,30 @@ def _transfer(args) -> int:
           + ("; stopped before the end (run it again to go on)" if stats["stopped"] else ""))
     print(f"results: {run_dir / 'transfer.tsv'}, {run_dir / 'transfer.png'}, {run_dir / 'report.html'}")
     return 1 if stats["stopped"] else 0
+
+
+def _schedule(parser: argparse.ArgumentParser, args, run_args: list[str]) -> int:
+    from .config import RunError
+    from .schedule import Nights, serve
+    from .workspace import WorkspaceError, repo_root
+
+    run = parser.parse_args(["run", *run_args])  # exits with the usual message on a bad run option
+    for flag, given in (("--tag", run.tag), ("--resume", run.resume), ("--until", run.until)):
+        if given:
+            parser.error(f"schedule: {flag} is the scheduler's to set (each night is tagged <slug>-<mon><day>)")
+    if not run.env_id:
+        parser.error("schedule: --env ENV_ID is required")
+    passed = list(run_args)
+    if run.from_ref:  # the first night's start; later nights start from the previous night's best
+        i = passed.index("--from") if "--from" in passed else None
+        passed = passed[:i] + passed[i + 2:] if i is not None else [a for a in passed if not a.startswith("--from=")]
+    try:
+        root = repo_root(args.repo or Path.cwd())
+        nights = Nights(root, run.env_id, args.until, passed, first_from=run.from_ref)
+        return serve(nights, args.at, every_s=args.every, stop_wait_s=args.stop_wait)
+    except (RunError, WorkspaceError) as exc:
+        print(f"autorl: error: {exc}", file=sys.stderr)
+        return 1
 
 
 def _stop(args) -> int:

@@ -57,8 +57,14 @@ def render_status(results_root: Path, tag: Optional[str] = None) -> tuple[str, i
         run_dirs = sorted((p.parent for p in results_root.glob("*/run.json")),
                           key=lambda d: d.stat().st_mtime)
         if not run_dirs:
-            return f"no runs under {results_root}", 0
-    lines: list[str] = []
+            return "\n".join(schedule_lines(results_root) + [f"no runs under {results_root}"]), 0
+    lines: list[str] = [] if tag else schedule_lines(results_root)
     for run_dir in run_dirs:
         lines += run_status(run_dir)
     return "\n".join(lines), 0
+
+
+def schedule_lines(results_root: Path) -> list[str]:
+    from .schedule import status_lines
+
+    return status_lines(results_root)
