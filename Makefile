@@ -17,6 +17,7 @@ $(VENV)/.installed: pyproject.toml
 
 demo: install
 	$(PY) -m orchestrator run --env CartPole-v1 --budget 30 --max-experiments 3
+	$(PY) -m orchestrator report
 
 test: install
 	$(PY) -m pytest -q

@@ -25,6 +25,7 @@ from .config import BASELINE_RUNS, Limits, RunConfig, RunError
 from .daemon import StopControl, StopRequested, log
 from .disk import DiskSpace, is_disk_full
 from .guard import Guard
+from .report import refresh as refresh_report
 from .inflight import InFlight, recorded
 from .keep_rule import Noise, ScoredRun, estimate, write_decision
 from .phases import PHASES, Incumbent, Phase, Repair, TrainPhase, TranslatePhase, TranslateTrial, Verdict
@@ -141,6 +142,7 @@ class Run:
                 self.guard.note(self.folder.results)
                 if delay > 1.0:
                     self.journal.set_waiting(None)
+                refresh_report(self.folder.path)  # the morning report is current at any hour
                 return
             except OSError as exc:
                 log.error("cannot write results.tsv (%s); retrying in %.0fs", exc, delay)

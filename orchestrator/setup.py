@@ -24,6 +24,7 @@ from .loop import Run
 from .phases import parse_schedule
 from .processes import scrubbed_env
 from .results import ResultsFile, RunFolder, utc_now
+from .report import refresh as refresh_report
 from .sandbox import Sandbox, SandboxUnavailable
 from .runners import Runner, RunnerSettings
 from .workspace import Workspace, repo_root
@@ -203,6 +204,8 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
         if runner is not None:
             runner.close()
         lock.release()
+        if folder.config.exists():
+            refresh_report(folder.path)  # its last version: the run has ended
 
 
 # Agents that write code alternate translating the env and training; optuna only tunes train.py.
