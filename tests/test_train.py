@@ -15,8 +15,10 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def train(env_id, budget, out_dir, cwd=REPO, seed=1):
-    env = dict(os.environ, AUTORL_ENV_ID=env_id, AUTORL_TIME_BUDGET=str(budget),
-               AUTORL_OUTPUT_DIR=str(out_dir), AUTORL_SEED=str(seed))
+    # A private, empty verdict cache: no JAX backend is verified, so this is the host path
+    # (the jax-e2e path is tested in test_train_jax.py).
+    env = dict(os.environ, AUTORL_ENV_ID=env_id, AUTORL_TIME_BUDGET=str(budget), AUTORL_OUTPUT_DIR=str(out_dir),
+               AUTORL_SEED=str(seed), AUTORL_VERIFY_CACHE=str(Path(out_dir) / "verdicts"))
     return subprocess.run([sys.executable, "candidate/train.py"], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=budget + 120)
 
@@ -35,6 +37,7 @@ def test_short_training_run_exports_a_loadable_policy(tmp_path, env_id):
     assert float(stats["sps"]) > 0
     assert 3.5 <= float(stats["training_seconds"]) < 20
     assert "episode_return" in stats
+    assert stats["path"] == "host" and stats["device"] == "cpu"
     result = evaluate.evaluate_policy(tmp_path / "policy.pt", env_id, episodes=3, seeds=0, workers=1)
     assert result["episodes"] == 3
 
