@@ -2,15 +2,28 @@
 
     python -m envs_fast.bench --env ENV_ID --backend SPEC [--num-envs N] [--seconds S] [--json FILE]
 
-Figures (steps per second of uniformly random actions; measured in interleaved rounds so that all
-see the same machine load):
-  backend_sps        the backend itself: for JAX backends a jitted lax.scan rollout over num_envs
-                     envs with auto-reset and time limit (no host round trips); envpool at num_envs
+Figures (steps per second; measured in interleaved rounds so that all see the same machine load):
+  backend_sps        the backend itself: for JAX backends a jitted lax.scan rollout of random actions
+                     over num_envs envs with auto-reset and time limit (no host round trips); envpool
+                     at num_envs
   reference_sps      one gymnasium env (gym.make), stepped in Python
   reference_vec_sps  gymnasium's own vector env (gym.make_vec) at the adapter's num_envs
   adapter_sps        the backend through the gymnasium VectorEnv adapter at the num_envs a train.py
                      uses (its NUM_ENVS), actions sampled on the host as a PPO would send them
+  e2e_sps            JAX backends only, when candidate/train.py trains them end to end (its block has
+                     JAX_NUM_ENVS): the rollout half of that path as train.py runs it, a jitted
+                     lax.scan of JAX_NUM_STEPS steps over JAX_NUM_ENVS envs, each step an MLP policy
+                     (two tanh layers of HIDDEN_SIZE, random weights) sampling the actions from the
+                     observations, then the backend's step with auto-reset and time limit. The PPO
+                     update is left out: it costs the same whatever the backend. None otherwise.
+  train_sps          the figure that says how fast training will go on this backend: e2e_sps where
+                     train.py trains the backend end to end, adapter_sps where it steps it from its
+                     torch loop (envpool, reference, or a train.py without the end-to-end path).
+                     The translate phase compares this one. (The figure cached for `auto` is still
+                     adapter_sps.)
   ratio              backend_sps / reference_sps
+
+train.py's constants are read from its hyperparameter block as text: no candidate code is imported.
 """
 from __future__ import annotations
 
@@ -35,13 +48,27 @@ DEFAULT_ADAPTER_NUM_ENVS = 8
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+def train_constant(name: str, root: Path = REPO_ROOT) -> int | None:
+    """An integer constant `NAME = 123` of candidate/train.py (read as text, never imported)."""
+    try:
+        text = (Path(root) / "candidate" / "train.py").read_text()
+    except OSError:
+        return None
+    match = re.search(rf"^{name}\s*=\s*(\d+)", text, re.MULTILINE)
+    return int(match.group(1)) if match else None
+
+
 def train_num_envs(root: Path = REPO_ROOT) -> int:
     """NUM_ENVS from the hyperparameter block of candidate/train.py, else a typical PPO value."""
-    try:
-        match = re.search(r"^NUM_ENVS\s*=\s*(\d+)", (root / "candidate" / "train.py").read_text(), re.MULTILINE)
-    except OSError:
-        match = None
-    return int(match.group(1)) if match else DEFAULT_ADAPTER_NUM_ENVS
+    return train_constant("NUM_ENVS", root) or DEFAULT_ADAPTER_NUM_ENVS
+
+
+def e2e_shape(root: Path = REPO_ROOT) -> tuple[int, int, int] | None:
+    """(JAX_NUM_ENVS, JAX_NUM_STEPS, HIDDEN_SIZE) when train.py trains JAX backends end to end, else None."""
+    envs, steps = train_constant("JAX_NUM_ENVS", root), train_constant("JAX_NUM_STEPS", root)
+    if not envs or not steps:
+        return None
+    return envs, steps, train_constant("HIDDEN_SIZE", root) or 64
 
 
 class Runner:
@@ -180,6 +207,74 @@ def jax_runner(spec: str, env_id: str, num_envs: int, seed: int = 0, scan_steps:
     return Runner(run_once)
 
 
+def e2e_runner(spec: str, env_id: str, num_envs: int, num_steps: int, hidden: int, seed: int = 0) -> Runner:
+    """The rollout of train.py's end-to-end path (see e2e_sps in the module docstring): a jitted lax.scan
+    of num_steps steps over num_envs envs, an MLP policy sampling each step's actions."""
+    import jax
+    import jax.numpy as jnp
+
+    from envs_fast.vector import make_batched_functions, max_episode_steps, reference_spaces
+
+    backend = load_functional(spec, env_id)
+    batched_reset, batched_step = make_batched_functions(backend, max_episode_steps(env_id))
+    obs_space, act_space = reference_spaces(env_id)
+    categories = int(obs_space.n) if isinstance(obs_space, gym.spaces.Discrete) else 0
+    obs_dim = categories or int(np.prod(obs_space.shape))
+    if isinstance(act_space, gym.spaces.Discrete):
+        out_dim = int(act_space.n)
+    elif isinstance(act_space, gym.spaces.Box):
+        out_dim = int(np.prod(act_space.shape))
+        low, high = (jnp.asarray(np.where(np.isfinite(b), b, s), jnp.float32).reshape(-1)
+                     for b, s in ((act_space.low, -1.0), (act_space.high, 1.0)))
+    else:
+        raise BackendError(f"bench needs a Discrete or Box action space, got {act_space}")
+    rng = np.random.default_rng(seed)
+    sizes = [(obs_dim, hidden), (hidden, hidden), (hidden, out_dim)]
+    weights = [(jnp.asarray(rng.normal(0, 1 / np.sqrt(i), (i, o)), jnp.float32), jnp.zeros(o, jnp.float32))
+               for i, o in sizes]
+
+    def policy(obs, step):
+        x = (jax.nn.one_hot(obs.reshape(-1), categories) if categories
+             else obs.reshape(num_envs, -1).astype(jnp.float32))
+        for w, b in weights[:-1]:
+            x = jnp.tanh(x @ w + b)
+        out = x @ weights[-1][0] + weights[-1][1]
+        unit = ((_hash_bits(seed, step, num_envs * out_dim) >> 8).astype(jnp.float32) + 0.5) / float(1 << 24)
+        unit = unit.reshape(num_envs, out_dim)
+        if isinstance(act_space, gym.spaces.Discrete):  # Gumbel-max sampling, as a categorical policy
+            return (jnp.argmax(out - jnp.log(-jnp.log(unit)), axis=-1) + act_space.start).astype(jnp.int32)
+        action = jnp.clip(out + jax.scipy.special.ndtri(unit), low, high)  # a Gaussian policy
+        return action.reshape((num_envs,) + act_space.shape)
+
+    @jax.jit
+    def rollout(carry):
+        def body(carry, _):
+            key, step, obs, state, elapsed, needs_reset = carry
+            key, step_key = jax.random.split(key)
+            obs, state, reward, _, _, elapsed, needs_reset = batched_step(
+                step_key, state, elapsed, needs_reset, policy(obs, step))
+            return (key, step + 1, obs, state, elapsed, needs_reset), reward.sum()
+
+        carry, rewards = jax.lax.scan(body, carry, None, length=num_steps)
+        return carry, rewards.sum()
+
+    import jax.scipy.special  # noqa: F401  (ndtri)
+
+    key = jax.random.PRNGKey(seed)
+    obs, state = jax.jit(batched_reset)(jax.random.split(key, num_envs))
+    carry = (key, jnp.uint32(0), obs, state, jnp.zeros(num_envs, jnp.int32), jnp.zeros(num_envs, bool))
+    carry, total = rollout(carry)  # compile
+    total.block_until_ready()
+
+    def run_once():
+        nonlocal carry
+        carry, total = rollout(carry)
+        total.block_until_ready()
+        return num_steps * num_envs
+
+    return Runner(run_once)
+
+
 def jax_backend_sps(spec: str, env_id: str, num_envs: int, seconds: float, seed: int = 0) -> float:
     return measure({"backend": jax_runner(spec, env_id, num_envs, seed)}, seconds, rounds=1)["backend"]
 
@@ -198,6 +293,7 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
     spec = resolve_spec(spec, env_id, root)
     vector_backend = spec in ("envpool", "reference")
     num_envs = num_envs or (DEFAULT_VECTOR_NUM_ENVS if vector_backend else DEFAULT_NUM_ENVS)
+    e2e = None if vector_backend else e2e_shape(Path(root) if root is not None else REPO_ROOT)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         runners = {
@@ -207,8 +303,12 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
             "reference_vec": vector_runner(gym.make_vec(env_id, num_envs=adapter_num_envs, vectorization_mode="sync"), seed),
             "adapter": vector_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root), seed),
         }
+        if e2e:
+            runners["e2e"] = e2e_runner(spec, env_id, *e2e, seed=seed)
         sps = measure(runners, seconds)
     backend, single, reference_vec, adapter = sps["backend"], sps["reference"], sps["reference_vec"], sps["adapter"]
+    e2e_sps = sps.get("e2e")
+    train_sps = e2e_sps if e2e_sps is not None else adapter
     cache.store_throughput(spec, env_id, adapter_num_envs, adapter)
     return {
         "env_id": env_id,
@@ -220,6 +320,10 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
         "reference_sps": single,
         "reference_vec_sps": reference_vec,
         "adapter_sps": adapter,
+        "e2e_sps": e2e_sps,
+        "e2e_num_envs": e2e[0] if e2e else None,
+        "train_path": "jax-e2e" if e2e else "host",
+        "train_sps": train_sps,
         "ratio": backend / single,
         "adapter_ratio": adapter / single,
     }
@@ -232,6 +336,9 @@ def format_result(result: dict) -> str:
         f"  reference (1 env) {result['reference_sps']:>14,.0f} steps/s",
         f"  reference vector  {result['reference_vec_sps']:>14,.0f} steps/s  ({result['adapter_num_envs']} envs, gym.make_vec)",
         f"  adapter           {result['adapter_sps']:>14,.0f} steps/s  ({result['adapter_num_envs']} envs, VectorEnv)",
+        *([f"  end to end        {result['e2e_sps']:>14,.0f} steps/s  ({result['e2e_num_envs']} envs, "
+           f"train.py's jax-e2e rollout with a policy)"] if result.get("e2e_sps") is not None else []),
+        f"  training will see {result['train_sps']:>14,.0f} steps/s  (train_sps: {result['train_path']} path)",
         f"  ratio             {result['ratio']:>14,.1f}x backend / reference (1 env)",
     ])
 
