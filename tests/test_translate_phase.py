@@ -61,7 +61,7 @@ def test_buggy_translation_is_repaired_kept_and_rebaselined(autorl_repo, tmp_pat
     assert json.loads((run_dir / "exp-0001" / "verify.json").read_text())["passed"] is True  # the last round
     record = json.loads((run_dir / "exp-0001" / "translate.json").read_text())
     # The incumbent is what the baseline trained on (envpool has CliffWalking), measured side by side.
-    baseline_backend = "envpool" if "backend: EnvpoolVectorEnv" in (run_dir / "exp-0000" / "train.log").read_text() \
+    baseline_backend = "envpool" if "backend: envpool" in (run_dir / "exp-0000" / "train.log").read_text() \
         else "gymnasium vector env"
     assert record["incumbent"] == baseline_backend and record["speedup"] > 1
 
@@ -70,8 +70,9 @@ def test_buggy_translation_is_repaired_kept_and_rebaselined(autorl_repo, tmp_pat
     assert branch.tree[slug_path].data_stream.read().decode() == (TRANSLATIONS / "cliffwalking_v1.py").read_text()
     assert "repair round 1" in branch.message
     assert branch.parents[0].tree[slug_path].data_stream.read().decode() == buggy_cliffwalking()
-    # The re-baseline trained on the verified JAX backend, not on gymnasium.
-    assert "backend: JaxVectorEnv" in (run_dir / "exp-0002" / "train.log").read_text()
+    # The re-baseline trained on the verified JAX backend, end to end, not on gymnasium.
+    rebaseline_log = (run_dir / "exp-0002" / "train.log").read_text()
+    assert "path: jax-e2e" in rebaseline_log and f"{slug_path}\n" in rebaseline_log.split("backend: ")[-1]
 
 
 def test_schedule_alternates_and_judges_translations(autorl_repo, tmp_path):
