@@ -6,9 +6,11 @@
 Runs `python -m orchestrator run --env ENV --budget B --max-experiments N --agent optuna` in a
 temporary clone of this checkout's HEAD (committed code only; `--here` runs in this checkout's
 results/ instead), then reads results.tsv and prints: the baseline (mean of its two runs), each
-experiment's score and what it changed, how many experiments score within 20% of the baseline,
-and the best experiment against the baseline; then one JSON line with the figures. It takes
-about (2 + N * 1.5) budgets plus evaluation (~15-20 minutes at the defaults on 2 cores).
+experiment's score and what it changed, how many experiments score within 20% of the baseline
+(and how many not more than 20% below it), and the best experiment against the baseline (and
+against the better of its two runs); then one JSON line with the figures. It takes about
+(2 + N * 1.5) budgets plus evaluation (~15-25 minutes at the defaults on 2 cores).
+`--summarize RUN_DIR` prints the figures of a finished run folder.
 
 Targets (issue 14): at least half of the experiments within 20% of the baseline; the best
 beats the baseline.
@@ -39,7 +41,15 @@ def main() -> int:
     parser.add_argument("--here", action="store_true", help="run in this checkout (results/<tag>/) instead of a clone")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clone")
     parser.add_argument("--extra", default="", help="more `run` options, e.g. '--eval-workers 1'")
+    parser.add_argument("--summarize", metavar="RUN_DIR", help="only print the figures of a finished run folder")
     args = parser.parse_args()
+    if args.summarize:
+        rows = pd.read_csv(Path(args.summarize) / "results.tsv", sep="\t", dtype={"commit": str})
+        figures = summarize(rows)
+        figures.update(tag=Path(args.summarize).name, wall_s="-")
+        print_table(rows, figures)
+        print(json.dumps(figures))
+        return 0
 
     tag = args.tag or f"search-{args.env.split('-')[0].lower()}-{time.strftime('%m%d-%H%M%S')}"
     if args.here:
@@ -80,9 +90,11 @@ def summarize(rows: pd.DataFrame) -> dict:
     scores = experiments["score"].dropna()
     band = 0.2 * abs(baseline)
     within = int(((scores - baseline).abs() <= band).sum())
+    not_worse = int((scores >= baseline - band).sum())
     best = float(scores.max()) if len(scores) else None
     return {"baseline": round(baseline, 3), "baseline_runs": [round(float(s), 3) for s in baseline_rows["score"]],
             "experiments": int(len(experiments)), "scored": int(len(scores)), "within_20pct": within,
+            "not_below_80pct": not_worse, "best_baseline_run": round(float(baseline_rows["score"].max()), 3),
             "best": None if best is None else round(best, 3),
             "best_beats_baseline": bool(best is not None and best > baseline),
             "kept": int((experiments["status"] == "keep").sum()),
@@ -95,9 +107,12 @@ def print_table(rows: pd.DataFrame, f: dict) -> None:
     for _, row in rows[rows["exp"] > 0].iterrows():
         score = "-" if pd.isna(row["score"]) else f"{row['score']:.1f}"
         print(f"exp {row['exp']:<3d} {row['status']:<9s} {score:>7s}  {str(row['description'])[:150]}")
-    print(f"within 20% of the baseline: {f['within_20pct']} of {f['experiments']}")
+    print(f"within 20% of the baseline: {f['within_20pct']} of {f['experiments']}; "
+          f"not more than 20% below it: {f['not_below_80pct']}")
     best = "-" if f["best"] is None else f"{f['best']:.1f}"
     print(f"best {best} vs baseline {f['baseline']:.1f}: {'beats' if f['best_beats_baseline'] else 'does not beat'} it")
+    beats_both = f["best"] is not None and f["best"] > f["best_baseline_run"]
+    print(f"best vs the better baseline run {f['best_baseline_run']:.1f}: {'beats' if beats_both else 'does not beat'} it")
     print(f"kept {f['kept']}; wall {f['wall_s']} s")
 
 
