@@ -65,7 +65,7 @@ BACKEND = "auto"  # evaluate.make_vec_env backend ("auto": the fastest verified 
 JAX_NUM_ENVS = 32  # parallel environments (jax-e2e path)
 JAX_NUM_STEPS = 64  # steps per env per rollout (jax-e2e path)
 JAX_LEARNING_RATE = 2e-3  # Adam, annealed like LEARNING_RATE (jax-e2e path)
-JAX_UPDATE_EPOCHS = 4  # passes over each rollout (jax-e2e path)
+JAX_UPDATE_EPOCHS = 2  # passes over each rollout (jax-e2e path)
 JAX_NUM_MINIBATCHES = 16  # minibatches per epoch (jax-e2e path)
 # <<< hyperparameters
 
@@ -532,10 +532,11 @@ def make_jax_training(spec, problem, agent):
 
     def update(s, lr, ent_coef):
         # The iteration's random numbers in one draw (each jax.random call site costs compile time):
-        # uniform noise for the actions and sort keys for the minibatch permutations
+        # uniform noise in (0, 1) for the actions (23 bits + 1/2: exact in float32, never 0 or 1) and
+        # sort keys for the minibatch permutations
         key, env_key, next_key = derive_keys(s["key"], 3)
         bits = jax.random.bits(key, (T * N * p.act_dim + E * T * N,))
-        noise = ((bits[: T * N * p.act_dim] >> 8).astype(jnp.float32) + 0.5).reshape(T, N, p.act_dim) / 2.0**24
+        noise = ((bits[: T * N * p.act_dim] >> 9).astype(jnp.float32) + 0.5).reshape(T, N, p.act_dim) / 2.0**23
         orders = jnp.argsort(bits[T * N * p.act_dim:].reshape(E, T * N), axis=-1)[:, : M * minibatch]
 
         s, (traj, finished) = jax.lax.scan(rollout_step, s, (noise, derive_keys(env_key, T)))
@@ -560,9 +561,12 @@ def make_jax_training(spec, problem, agent):
             flat, opt, stopped = carry
             (_, approx_kl), grads = jax.value_and_grad(loss_fn, has_aux=True)(flat, mb, ent_coef)
             step, new_opt = tx.update(grads, opt, flat)
-            keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(stopped, b, a), new, old)
-            stopped = stopped | ((TARGET_KL > 0) & (approx_kl > TARGET_KL))  # TARGET_KL: skip the rest
-            return (keep(flat - lr * step, flat), keep(new_opt, opt), stopped), approx_kl
+            new_flat = flat - lr * step
+            if TARGET_KL:  # past the target KL, the rest of the iteration's steps are skipped
+                keep = lambda new, old: jax.tree_util.tree_map(lambda a, b: jnp.where(stopped, b, a), new, old)
+                new_flat, new_opt = keep(new_flat, flat), keep(new_opt, opt)
+                stopped = stopped | (approx_kl > TARGET_KL)
+            return (new_flat, new_opt, stopped), approx_kl
 
         def epoch(carry, order):
             mbs = jax.tree_util.tree_map(lambda v: v[order].reshape((M, minibatch) + v.shape[1:]), batch)
