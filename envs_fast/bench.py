@@ -19,8 +19,8 @@ Figures (steps per second; measured in interleaved rounds so that all see the sa
   train_sps          the figure that says how fast training will go on this backend: e2e_sps where
                      train.py trains the backend end to end, adapter_sps where it steps it from its
                      torch loop (envpool, reference, or a train.py without the end-to-end path).
-                     The translate phase compares this one. (The figure cached for `auto` is still
-                     adapter_sps.)
+                     The translate phase compares this one, and it is the figure cached for `auto`
+                     (envs_fast.choose_backend ranks verified backends by it).
   ratio              backend_sps / reference_sps
 
 train.py's constants are read from its hyperparameter block as text: no candidate code is imported.
