@@ -49,7 +49,7 @@ def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None) -
       2. "gymnax", if gymnax has the env and its cached verdict passes;
       3. "envpool", if envpool is installed and has the env: trusted without a verdict (as the
          default backend it has always been), unless a cached verdict says it fails.
-    The candidate with the highest adapter throughput cached by `bench` at the num_envs nearest to
+    The candidate with the highest training throughput (`train_sps`) cached by `bench` at the num_envs nearest to
     `num_envs` wins; one never benchmarked counts as slower than any benchmarked one, and ties (or
     no figures at all) keep the default order. No candidate: "reference" (gymnasium's vector env).
 
