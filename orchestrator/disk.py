@@ -105,15 +105,16 @@ class DiskSpace:
         text = (f"waiting for disk space on {self.path} ({free_mb(self.path):.0f} MB free, "
                 f"{self.min_free_mb:.0f} MB needed); the night goes on by itself once space is freed")
         log.error("%s", text)
-        self._announce(text)
+        self.announce(text)
         while not self.enough():
             if self.should_stop() or not self.sleep(self.poll_s):
                 return False
         log.info("disk space is back on %s (%.0f MB free): going on", self.path, free_mb(self.path))
-        self._announce(None)
+        self.announce(None)
         return True
 
-    def _announce(self, text: Optional[str]) -> None:
+    def announce(self, text: Optional[str]) -> None:
+        """What `status` shows (None: nothing)."""
         try:
             self.set_waiting(text)  # state.json, for `status`; it may not fit on a full disk
         except OSError:

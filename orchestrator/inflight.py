@@ -25,11 +25,10 @@ class InFlight:
         self.waiting: Optional[str] = None      # e.g. "waiting for disk space on /data"
         self._lock = threading.Lock()           # candidates of a round record handles concurrently
 
-    def begin(self, exp: int, phase: str, stage: str, rows_before: int, commit: Optional[str] = None,
-              index: int = 0) -> None:
+    def begin(self, exp: int, phase: str, stage: str, rows_before: int, commit: Optional[str] = None) -> None:
         with self._lock:
             self.records[exp] = {"exp": exp, "phase": phase, "stage": stage, "started": time.time(),
-                                 "rows_before": rows_before, "commit": commit, "index": index, "handles": []}
+                                 "rows_before": rows_before, "commit": commit, "handles": []}
             self._save()
 
     def stage(self, exp: int, stage: str, commit: Optional[str] = None) -> None:
@@ -66,10 +65,6 @@ class InFlight:
         with self._lock:
             self.waiting = text
             self._save()
-
-    def commit(self, exp: int) -> Optional[str]:
-        record = self.records.get(exp)
-        return record.get("commit") if record else None
 
     def _save(self) -> None:
         write_state(self.run_dir, {"pid": os.getpid(), "session_started": self.session_started,

@@ -15,7 +15,7 @@ import json
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -45,7 +45,6 @@ class Candidate:
     cost_usd: float = 0.0
     commit: Optional[str] = None
     verdict: Optional[Verdict] = None     # set early when it never reaches the runner
-    peers: list[str] = field(default_factory=list)
 
 
 class Run:
@@ -59,7 +58,6 @@ class Run:
         self.runner = runner
         self.journal = journal
         self.agent = agent
-        self.harness_bytes = harness_bytes
         self.results = ResultsFile(folder.results)
         self.phases = {name: PHASES[name]() for name in PHASES}  # one instance per kind
         self.schedule = [self.phases[name] for name in config.schedule]
@@ -147,7 +145,7 @@ class Run:
             except OSError as exc:
                 log.error("cannot write results.tsv (%s); retrying in %.0fs", exc, delay)
                 if is_disk_full(exc):
-                    self.disk._announce(f"waiting for disk space on {self.folder.path} to write results.tsv")
+                    self.disk.announce(f"waiting for disk space on {self.folder.path} to write results.tsv")
                 if not self.stop.sleep(delay):
                     raise
                 delay = min(delay * 2, 60.0)
@@ -203,7 +201,7 @@ class Run:
                 return False
             seed = self.config.train_seeds[index]
             folder = self.folder.exp(0).run(index + 1)
-            self.journal.begin(0, "train", "baseline", len(self.rows()), commit=self.best_commit, index=index)
+            self.journal.begin(0, "train", "baseline", len(self.rows()), commit=self.best_commit)
             m = self.runner.measure(Slot(0, folder, f"baseline {index + 1}/{BASELINE_RUNS}"), self.best_commit, seed)
             self._check_measurement(m)
             commit = self.workspace.short(self.best_commit)
@@ -295,7 +293,7 @@ class Run:
         self.workspace.reset_to(self.best_commit)
         self.journal.begin(exp, phase.name, "agent", len(self.rows()))
         ctx = self.context(exp, phase, folder, peers=peers)
-        c = Candidate(exp, folder, ctx, time.monotonic(), peers=peers)
+        c = Candidate(exp, folder, ctx, time.monotonic())
         log.info("exp %d (%s): asking the %s agent", exp, phase.name, self.agent.name)
         try:
             proposal = self.propose(ctx)

@@ -169,7 +169,6 @@ class TranslateTrial:
     runner: Runner
     repair: Callable[[str, int], Repair]   # (verifier report, round) -> the repaired commit
     stop_requested: Callable[[], bool] = lambda: False
-    cost_usd: float = field(default=0.0)
 
 
 class TranslatePhase(Phase):

@@ -11,16 +11,11 @@ __all__ = ["RUNNER_KINDS", "EvalOutcome", "Measurement", "Runner", "RunnerSettin
 
 
 def cancel_handle(handle: dict, runner: Runner) -> bool:
-    """Cancel a handle recorded by any session: the runner that made it knows how."""
-    kind = handle.get("kind", "local")
-    if kind == getattr(runner, "name", None):
-        return runner.cancel(handle)
-    if kind == "local":
-        from .local import cancel_local
-
-        return cancel_local(handle, [getattr(runner, "snapshots", None) or "/nonexistent"])
-    if kind == "modal":
+    """Cancel a handle recorded by any session. Every runner cancels local process groups (a Modal
+    run's verify and bench run locally); a Modal call left by an earlier session of a run that now
+    runs locally is cancelled through Modal directly."""
+    if handle.get("kind") == "modal" and runner.name != "modal":
         from .modal import cancel_call
 
         return cancel_call(handle)
-    return False
+    return runner.cancel(handle)
