@@ -14,7 +14,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROTOCOL_FUNCTIONS = ("reset", "step", "state_from_reference", "state_to_reference")
@@ -75,3 +75,45 @@ def resolve_spec(spec: str, env_id: str, root: str | Path | None = None) -> str:
 
 def is_file_spec(spec: str) -> bool:
     return spec not in VECTOR_SPECS + ("gymnax",) + TRANSLATION_ALIASES
+
+
+RUST_SUFFIX = ".rs"
+
+
+def is_rust_spec(spec: str) -> bool:
+    """A Rust translation: the spec is a `.rs` source file (see rust_backend.py)."""
+    return str(spec).endswith(RUST_SUFFIX)
+
+
+class BatchedBackend(Protocol):
+    """What the verifier drives: a backend that steps batches of envs given as numpy arrays.
+
+    Both backend kinds that can sync state with the reference implement it: a JAX translation
+    (`jit(vmap(...))` over its functional protocol) and a Rust translation (one C call per batch).
+    Batched pytrees have a leading axis of n envs; a single env's state (what
+    `state_from_reference` returns) is the same pytree without that axis, with numpy leaves.
+    Seeds are uint32 arrays of shape (n,): the same seed gives the same reset and the same step.
+    No autoreset and no time limit here: that is the VectorEnv adapter's job.
+    """
+    name: str
+    env_id: str
+    source_hash: str
+    state_from_reference: Callable[[Any], Any] | None
+    state_to_reference: Callable[[Any, Any], None] | None
+
+    @property
+    def syncs_state(self) -> bool: ...
+
+    def reset(self, seeds) -> tuple[Any, Any]:
+        """(obs, state) for n envs, each reset from its seed."""
+
+    def step(self, seeds, state, actions) -> tuple[Any, Any, Any, Any]:
+        """(obs, next state, reward (n,) float, terminated (n,) bool) of one step of every env."""
+
+    def rollout(self, seeds, state, actions) -> tuple[Any, Any, Any]:
+        """T steps from `state` with actions of shape (n, T, ...): (flat float64 obs (n, T, d),
+        reward (n, T), terminated (n, T)); steps after a termination are computed anyway."""
+
+    def protocol_problems(self, obs_space, action_space) -> list[str]:
+        """What in the backend's own declarations contradicts the reference spaces (L1 'shapes and
+        dtypes'); empty when nothing does."""
