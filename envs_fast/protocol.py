@@ -26,6 +26,11 @@ class BackendError(ValueError):
     """Bad input: unknown env id or spec, a file that does not import, a protocol function missing."""
 
 
+class BuildError(BackendError):
+    """A translation's source does not compile (Rust): the message is the compiler's. `verify` reports
+    it as a failed verification (exit 1, the compiler's message in the report), not as bad input."""
+
+
 def slug(env_id: str) -> str:
     """`CartPole-v1` -> `cartpole_v1`: lowercased, each non-alphanumeric run replaced by `_`."""
     return re.sub(r"[^0-9a-z]+", "_", env_id.lower())
