@@ -212,3 +212,23 @@ def test_search_on_a_cheap_env_starts_small_and_recentres_on_the_keep(autorl_rep
     decision = json.loads((repo / "results" / "toy" / "exp-0001" / "decision.json").read_text())
     assert decision["status"] == "keep" and decision["first_look"]["action"] == "keep"
     assert decision["noise"]["df"] == 1 and decision["noise"]["pooled"] == 0.0  # two identical baselines
+
+
+@pytest.mark.parametrize("backend, path", [("auto", "host"), ("gymnax", "jax-e2e")])
+def test_trials_touch_only_constants_the_training_path_reads(tmp_path, monkeypatch, backend, path):
+    # An empty verdict cache: "auto" finds no verified JAX backend for CartPole and trains on the host
+    # path; BACKEND = "gymnax" trains end to end under jit (the jax-e2e path).
+    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
+    text = REAL_TRAIN_PY.replace('BACKEND = "auto"', f'BACKEND = "{backend}"')
+    constants = read_block(text)
+    tagged = {c.name: c.path for c in constants}
+    assert tagged["JAX_LEARNING_RATE"] == "jax-e2e" and tagged["LEARNING_RATE"] == "host" and tagged["GAMMA"] is None
+    night = Night(tmp_path, text=text)
+    touched = set()
+    for _ in range(12):
+        ctx, _, proposed = night.propose()
+        touched |= set(changed(values(text), values(proposed)))
+        night.tell(ctx, proposed, "discard", 0.0)
+    other = "host" if path == "jax-e2e" else "jax-e2e"
+    assert touched and not {n for n in touched if tagged[n] == other}, touched
+    assert {n for n in touched if tagged[n] is None}  # the constants both paths read stay in the search

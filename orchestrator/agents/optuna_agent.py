@@ -16,6 +16,10 @@ run continues it. Why not Optuna's CMA-ES with x0 at the best: it moves every co
 trial, samples booleans and power-of-two choices at random (they are categorical), and adapts its
 covariance over far more trials than a night of 720 s runs holds. TPE (the former default) starts
 with random trials over the whole space: the first hour of a night spent far from anything useful.
+
+train.py has two training paths and tags the constants only one of them reads with a comment
+`(host path)` or `(jax-e2e path)`. A trial only touches constants of the path that will train
+(`training_path`): a change to a constant nobody reads would spend a whole experiment on noise.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ import ast
 import json
 import logging
 import random
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -41,6 +46,10 @@ BLOCK_END = "# <<< hyperparameters"
 STUDY_NAME = "autorl"
 # Not learning hyperparameters: how many threads, which backend, seeds.
 FIXED_NAMES = {"TORCH_THREADS", "BACKEND"}
+PATH_TAG = re.compile(r"\((host|jax-e2e) path\)")
+# Backends train.py steps from its torch loop (host path); any other verified backend is functional
+# JAX and trains end to end (jax-e2e path) when the block has JAX_NUM_ENVS. Mirrors train.py.
+HOST_SPECS = ("envpool", "gymnasium", "reference")
 
 
 class NoHyperparameterBlock(ValueError):
@@ -54,6 +63,7 @@ class Constant:
     line: int           # 0-based line index in the file
     start: int          # column span of the literal on that line
     end: int
+    path: Optional[str] = None  # "host" or "jax-e2e" when its comment says only that path reads it
 
 
 def read_block(text: str) -> list[Constant]:
@@ -82,9 +92,26 @@ def read_block(text: str) -> list[Constant]:
             value = ast.literal_eval(node.value)
         except ValueError:
             continue
+        tag = PATH_TAG.search(line[node.value.end_col_offset:])
         constants.append(Constant(node.targets[0].id, value, index, node.value.col_offset,
-                                  node.value.end_col_offset))
+                                  node.value.end_col_offset, tag.group(1) if tag else None))
     return constants
+
+
+def training_path(constants: list[Constant], env_id: str, worktree: Path) -> str:
+    """Which of train.py's paths will train this block: "jax-e2e" when the backend it would choose
+    is functional JAX and the block has the jax-e2e constants, else "host"."""
+    values = {c.name: c.value for c in constants}
+    if "JAX_NUM_ENVS" not in values:
+        return "host"
+    spec = values.get("BACKEND", "auto")
+    if spec == "auto":
+        try:
+            import envs_fast
+        except ImportError:
+            return "host"
+        spec = envs_fast.choose_backend(env_id, int(values.get("NUM_ENVS", 32)), root=worktree)
+    return "host" if spec in HOST_SPECS or str(spec).endswith(".rs") else "jax-e2e"
 
 
 def format_value(value) -> str:
@@ -323,9 +350,12 @@ class OptunaAgent:
         except NoHyperparameterBlock as exc:
             raise AgentError(str(exc)) from None
         current = {c.name: c.value for c in constants}
-        space = {n: d for n, d in self.space(constants).items() if n in current}
+        training = training_path(constants, ctx.env_id, Path(ctx.worktree))
+        read_by = {c.name: c.path for c in constants}
+        space = {n: d for n, d in self.space(constants).items() if n in current and read_by[n] in (None, training)}
         if not space:
-            raise AgentError(f"nothing to tune in {TRAIN_SCRIPT}'s hyperparameter block")
+            raise AgentError(f"nothing to tune in {TRAIN_SCRIPT}'s hyperparameter block for its {training} path "
+                             f"(--optuna-params may name only constants the other path reads)")
         # The worktree holds the best commit: its block is the centre of the search.
         self.sampler.space, self.sampler.centre = space, {n: current[n] for n in space}
         trial = self.study.ask(fixed_distributions=space)
