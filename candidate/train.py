@@ -162,8 +162,9 @@ def choose_backend():
 
 
 def is_jax_functional(spec):
-    """True for a JAX translation file or gymnax (trained end to end); False for host backends."""
-    return spec not in HOST_SPECS
+    """True for a JAX translation file or gymnax (trained end to end); False for host backends
+    (a Rust translation `.rs` is a native vector env: the torch loop steps it)."""
+    return spec not in HOST_SPECS and not str(spec).endswith(".rs")
 
 
 # ---------------------------------------------------------------- host path: torch loop over a VectorEnv

@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="translate: stop translating once the backend is X times the reference (default 100)")
     phases.add_argument("--translate-patience", type=_positive_int, default=3, metavar="N",
                         help="translate: stop after N translate experiments without a gain (default 3)")
+    phases.add_argument("--translate-lang", choices=("jax", "rust", "auto"),
+                        help="translate: the backend's language; auto (default) lets the agent choose, "
+                             "JAX only when rustc is not on PATH")
     phases.add_argument("--bench-seconds", type=_positive_float, default=2.0, help=argparse.SUPPRESS)
     adv = run.add_argument_group("advanced (mainly for tests)")
     adv.add_argument("--eval-episodes", type=_positive_int, metavar="N",
@@ -213,8 +216,8 @@ def _run(args) -> int:
             grace_s=args.grace, eval_episodes=args.eval_episodes, eval_timeout_s=args.eval_timeout,
             eval_workers=args.eval_workers, phases=args.phases, schedule=args.schedule, limits=limits,
             repair_rounds=args.repair_rounds, target_speedup=args.target_speedup,
-            translate_patience=args.translate_patience, bench_seconds=args.bench_seconds,
-            runner=args.runner, parallel=args.parallel, runner_options=_runner_options(args),
+            translate_patience=args.translate_patience, translate_lang=args.translate_lang,
+            bench_seconds=args.bench_seconds, runner=args.runner, parallel=args.parallel, runner_options=_runner_options(args),
             sandbox=args.sandbox, max_output_mb=args.max_output_mb,
             repo=args.repo, agent_args=args)
         return start(options, make_agent, dict(os.environ), from_ref=args.from_ref)

@@ -53,6 +53,7 @@ class RunConfig:
     repair_rounds: int = 3
     target_speedup: float = 100.0
     translate_patience: int = 3
+    translate_lang: str = "auto"          # jax / rust / auto (the agent chooses; JAX only without rustc)
     verify_timeout_s: float = 1800.0
     bench_seconds: float = 2.0
 
@@ -95,6 +96,7 @@ class Options:
     repair_rounds: int = 3
     target_speedup: float = 100.0
     translate_patience: int = 3
+    translate_lang: Optional[str] = None      # jax / rust / auto (default)
     bench_seconds: float = 2.0
     runner: Optional[str] = None              # local (default) or modal; a resume keeps the run's
     parallel: Optional[int] = None            # candidates per round (default 1)

@@ -28,7 +28,8 @@ from .guard import Guard
 from .report import refresh as refresh_report
 from .inflight import InFlight, recorded
 from .keep_rule import Noise, ScoredRun, estimate, write_decision
-from .phases import PHASES, Incumbent, Phase, Repair, TrainPhase, TranslatePhase, TranslateTrial, Verdict
+from .phases import (PHASES, Incumbent, Phase, Repair, TrainPhase, TranslatePhase, TranslateTrial, Verdict,
+                     translate_languages)
 from .results import ExpFolder, ResultsFile, Row, RunFolder, compact_table, summarize
 from .runners import Runner, Slot, cancel_handle
 from .workspace import Workspace
@@ -60,6 +61,7 @@ class Run:
         self.agent = agent
         self.results = ResultsFile(folder.results)
         self.phases = {name: PHASES[name]() for name in PHASES}  # one instance per kind
+        self.phases["translate"] = TranslatePhase(translate_languages(config.translate_lang))
         self.schedule = [self.phases[name] for name in config.schedule]
         self.pending_cost = 0.0          # spent by agent turns that failed before a row
         self.agent_failures = 0
@@ -419,6 +421,7 @@ class Run:
             c.verdict = phase.execute(TranslateTrial(
                 slot=Slot(exp, c.folder, f"exp {exp}"), commit=c.commit, previous_best=self.best_commit,
                 env_id=self.config.env_id, repair_rounds=self.config.repair_rounds, runner=self.runner,
+                spec=phase.spec_for(self.config.env_id, self.workspace.changed_paths(self.best_commit)),
                 repair=lambda failure, round_: self._repair(c, phase, failure, round_),
                 stop_requested=self.stop.requested))
             self._check_run_files([c])

@@ -11,6 +11,7 @@ themselves (a Runner does) and never call back into the loop.
 from __future__ import annotations
 
 import json
+import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -168,20 +169,59 @@ class TranslateTrial:
     repair_rounds: int
     runner: Runner
     repair: Callable[[str, int], Repair]   # (verifier report, round) -> the repaired commit
+    spec: str = ""                         # the translation the candidate wrote (.py or .rs); "" = JAX's
     stop_requested: Callable[[], bool] = lambda: False
 
 
+def translate_languages(choice: str) -> tuple[str, ...]:
+    """The languages a translate experiment may write for `--translate-lang CHOICE`. Raises
+    ValueError for "rust" without rustc; "auto" offers Rust only where rustc is installed."""
+    if choice not in ("jax", "rust", "auto"):
+        raise ValueError(f"--translate-lang must be jax, rust or auto, not {choice!r}")
+    if choice == "jax":
+        return ("jax",)
+    if shutil.which("rustc"):
+        return ("rust",) if choice == "rust" else ("jax", "rust")
+    if choice == "rust":
+        raise ValueError("--translate-lang rust: rustc is not on PATH (install the Rust toolchain: rustup.rs)")
+    return ("jax",)
+
+
 class TranslatePhase(Phase):
-    """Write or repair envs_fast/<slug>.py; verify L1-L3 (with repair rounds); benchmark; keep
-    when verified and faster, at train.py's NUM_ENVS, than the backend training uses now."""
+    """Write or repair a translation of the env (JAX `envs_fast/<slug>.py` or Rust
+    `envs_fast/<slug>.rs` with its state-sync companion `envs_fast/<slug>_sync.py`); verify L1-L3
+    (with repair rounds); benchmark; keep when verified and faster, as train.py would train on it,
+    than the backend training uses now."""
 
     name = "translate"
 
-    def translation(self, env_id: str) -> str:
-        return f"envs_fast/{slug(env_id)}.py"
+    def __init__(self, languages: tuple[str, ...] = ("jax",)):
+        self.languages = languages
+
+    def translation(self, env_id: str, lang: str = "jax") -> str:
+        return f"envs_fast/{slug(env_id)}.{'rs' if lang == 'rust' else 'py'}"
+
+    def files(self, env_id: str, lang: str) -> list[str]:
+        if lang == "rust":
+            return [self.translation(env_id, "rust"), f"envs_fast/{slug(env_id)}_sync.py"]
+        return [self.translation(env_id, "jax")]
 
     def allowed_paths(self, env_id: str) -> list[str]:
-        return [self.translation(env_id)]
+        return [path for lang in self.languages for path in self.files(env_id, lang)]
+
+    def language_of(self, env_id: str, changed: list[str]) -> str:
+        """Which translation a change writes: Rust if it touches the Rust files."""
+        return "rust" if set(changed) & set(self.files(env_id, "rust")) else "jax"
+
+    def check(self, worktree: Path, env_id: str, changed: list[str]) -> Optional[str]:
+        problem = super().check(worktree, env_id, changed)
+        if problem is None and len(self.languages) > 1 and set(changed) & set(self.files(env_id, "jax")) \
+                and set(changed) & set(self.files(env_id, "rust")):
+            return "a translate experiment writes one language: change the JAX file or the Rust files, not both"
+        return problem
+
+    def spec_for(self, env_id: str, changed: list[str]) -> str:
+        return self.translation(env_id, self.language_of(env_id, changed))
 
     def wants_turn(self, rows: list[Row], folder: RunFolder, target_speedup: float, patience: int) -> bool:
         kept = [r for r in rows if r.phase == self.name and r.status == "keep"]
@@ -194,7 +234,7 @@ class TranslatePhase(Phase):
         return len(since_gain) < patience
 
     def execute(self, trial: TranslateTrial) -> Verdict:
-        path, commit, cost = self.translation(trial.env_id), trial.commit, 0.0
+        path, commit, cost = trial.spec or self.translation(trial.env_id), trial.commit, 0.0
 
         def verdict(status: str, **kw) -> Verdict:
             return Verdict(status, commit=commit, agent_cost_usd=cost, **kw)
@@ -264,6 +304,8 @@ def _train_sps(bench: dict) -> float:
 def _spec_name(spec: str) -> str:
     if spec.endswith(".py"):
         return "the kept translation"  # the best commit's file, verified in this run
+    if spec.endswith(".rs"):
+        return "the kept Rust translation"
     return {"reference": "gymnasium vector env"}.get(spec, spec)
 
 

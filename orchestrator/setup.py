@@ -21,7 +21,7 @@ from .daemon import LockHeld, RunLock, StopControl, log, progress, setup_logging
 from .disk import NIGHT_OF_CAPS, free_mb
 from .inflight import InFlight
 from .loop import Run
-from .phases import parse_schedule
+from .phases import parse_schedule, translate_languages
 from .processes import scrubbed_env
 from .results import ResultsFile, RunFolder, utc_now
 from .report import refresh as refresh_report
@@ -105,6 +105,14 @@ def check_sandbox(mode: str) -> None:
         raise RunError(f"{exc} (install bubblewrap, or run with --sandbox auto to go on without walls)") from None
 
 
+def check_translate_lang(choice: str) -> None:
+    """`--translate-lang rust` without rustc: refuse before anything is created."""
+    try:
+        translate_languages(choice)
+    except ValueError as exc:
+        raise RunError(str(exc)) from None
+
+
 def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Optional[str] = None) -> int:
     """`python -m orchestrator run`: returns the exit code. `from_ref` (`run --from REF`): a new
     run's branch starts from REF instead of the checkout's HEAD."""
@@ -138,6 +146,7 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
     if not existing:
         _check_new_run(options, root, workspace, from_ref)
         check_sandbox(options.sandbox or "auto")
+        check_translate_lang(options.translate_lang or "auto")
         if options.runner_factory is None:  # a test's factory brings its own (fake) Modal
             check_runner(options.runner or "local", root)
     created = not folder.path.exists()
@@ -156,6 +165,7 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
         if existing:
             config, harness_bytes = _resume_config(options, folder, workspace)
             check_sandbox(config.sandbox)
+            check_translate_lang(config.translate_lang)
             if options.runner_factory is None:
                 check_runner(config.runner, root)
         if options.agent:
@@ -268,7 +278,8 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
         sandbox=options.sandbox or "auto",
         max_output_mb=options.max_output_mb if options.max_output_mb is not None else 1024.0,
         repair_rounds=options.repair_rounds, target_speedup=options.target_speedup,
-        translate_patience=options.translate_patience, bench_seconds=options.bench_seconds)
+        translate_patience=options.translate_patience, translate_lang=options.translate_lang or "auto",
+        bench_seconds=options.bench_seconds)
     config.save(folder.config)
     ResultsFile(folder.results).create()
     return config, harness_bytes
