@@ -195,16 +195,7 @@ def jax_runner(spec: str, env_id: str, num_envs: int, seed: int = 0, scan_steps:
     key = jax.random.PRNGKey(seed)
     _, state = jax.jit(batched_reset)(jax.random.split(key, num_envs))
     carry = (key, jnp.uint32(0), state, jnp.zeros(num_envs, jnp.int32), jnp.zeros(num_envs, bool))
-    carry, total = rollout(carry)  # compile
-    total.block_until_ready()
-
-    def run_once():
-        nonlocal carry
-        carry, total = rollout(carry)
-        total.block_until_ready()
-        return scan_steps * num_envs
-
-    return Runner(run_once)
+    return _scan_runner(rollout, carry, scan_steps * num_envs)
 
 
 def e2e_runner(spec: str, env_id: str, num_envs: int, num_steps: int, hidden: int, seed: int = 0) -> Runner:
@@ -263,14 +254,19 @@ def e2e_runner(spec: str, env_id: str, num_envs: int, num_steps: int, hidden: in
     key = jax.random.PRNGKey(seed)
     obs, state = jax.jit(batched_reset)(jax.random.split(key, num_envs))
     carry = (key, jnp.uint32(0), obs, state, jnp.zeros(num_envs, jnp.int32), jnp.zeros(num_envs, bool))
-    carry, total = rollout(carry)  # compile
+    return _scan_runner(rollout, carry, num_steps * num_envs)
+
+
+def _scan_runner(rollout, carry, steps_per_call: int) -> Runner:
+    """Time a jitted `rollout(carry) -> (carry, total)`: compiled here, outside the timing."""
+    carry, total = rollout(carry)
     total.block_until_ready()
 
     def run_once():
         nonlocal carry
         carry, total = rollout(carry)
         total.block_until_ready()
-        return num_steps * num_envs
+        return steps_per_call
 
     return Runner(run_once)
 
