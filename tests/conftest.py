@@ -83,27 +83,32 @@ def _copy_if_present(name: str, dest: Path) -> None:
 def autorl_repo(tmp_path):
     """Factory: autorl_repo(train_py=None, files=None) -> path of a committed temp checkout."""
     def make(train_py: str | None = None, files: dict[str, str] | None = None, name: str = "checkout") -> Path:
-        root = tmp_path / name
-        root.mkdir()
-        for item in ("evaluate.py", "program.md", "envs_fast", "pyproject.toml", "modal_app.py"):
-            _copy_if_present(item, root)
-        (root / "candidate").mkdir()
-        if train_py is None:
-            shutil.copyfile(AUTORL_ROOT / "candidate" / "train.py", root / "candidate" / "train.py")
-        else:
-            (root / "candidate" / "train.py").write_text(train_py)
-        (root / ".gitignore").write_text("__pycache__/\n*.pyc\nruns/\nresults/\nout/\n")
-        for rel, text in (files or {}).items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text)
-        repo = git.Repo.init(root, initial_branch="main")
-        with repo.config_writer() as config:
-            config.set_value("user", "name", "autorl-tests")
-            config.set_value("user", "email", "tests@localhost")
-        repo.git.add("-A")
-        repo.index.commit("initial checkout")
-        return root
+        return make_checkout(tmp_path / name, train_py, files)
     return make
+
+
+def make_checkout(root: Path, train_py: str | None = None, files: dict[str, str] | None = None) -> Path:
+    """A committed checkout of autorl at `root`: the harness, envs_fast, program.md, the given train.py
+    (the shipped one by default) and extra files."""
+    root.mkdir(parents=True)
+    for item in ("evaluate.py", "program.md", "envs_fast", "pyproject.toml", "modal_app.py"):
+        _copy_if_present(item, root)
+    (root / "candidate").mkdir()
+    if train_py is None:
+        shutil.copyfile(AUTORL_ROOT / "candidate" / "train.py", root / "candidate" / "train.py")
+    else:
+        (root / "candidate" / "train.py").write_text(train_py)
+    (root / ".gitignore").write_text("__pycache__/\n*.pyc\nruns/\nresults/\nout/\n")
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    repo = git.Repo.init(root, initial_branch="main")
+    with repo.config_writer() as config:
+        config.set_value("user", "name", "autorl-tests")
+        config.set_value("user", "email", "tests@localhost")
+    repo.git.add("-A")
+    repo.index.commit("initial checkout")
+    return root
 
 
 def daemon_env(extra: dict | None = None) -> dict:

@@ -14,14 +14,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import git
 import numpy as np
 import pytest
 import scipy.stats
 
 from orchestrator import report
 from orchestrator.results import ResultsFile, Row, RunFolder
-from tests.conftest import FAST, TINY_TRAIN_PY, _copy_if_present, run_daemon, tiny_train_py, write_replay
+from tests.conftest import FAST, TINY_TRAIN_PY, make_checkout, run_daemon, tiny_train_py, write_replay
 
 TAG = "morning"
 CHROMIUM = Path("/usr/bin/chromium")
@@ -129,22 +128,6 @@ def test_refresh_never_raises(tmp_path, caplog):
 
 
 # ---------------------------------------------------------------- after a real replay run
-def _checkout(root: Path, train_py: str) -> Path:
-    root.mkdir(parents=True)
-    for item in ("evaluate.py", "program.md", "envs_fast", "pyproject.toml"):
-        _copy_if_present(item, root)
-    (root / "candidate").mkdir()
-    (root / "candidate" / "train.py").write_text(train_py)
-    (root / ".gitignore").write_text("__pycache__/\n*.pyc\nruns/\nresults/\nout/\n")
-    repo = git.Repo.init(root, initial_branch="main")
-    with repo.config_writer() as config:
-        config.set_value("user", "name", "autorl-tests")
-        config.set_value("user", "email", "tests@localhost")
-    repo.git.add("-A")
-    repo.index.commit("initial checkout")
-    return root
-
-
 CRASH = TINY_TRAIN_PY.replace("out = Path(", "raise RuntimeError('deliberate crash <b>')\nout = Path(", 1)
 DESCRIPTIONS = ["less bias", "always push left", "crash on purpose", "no bias at all"]
 
@@ -153,7 +136,7 @@ DESCRIPTIONS = ["less bias", "always push left", "crash on purpose", "no bias at
 def night(tmp_path_factory):
     """A replay run: keep, discard, crash, keep."""
     base = tmp_path_factory.mktemp("report")
-    repo = _checkout(base / "checkout", TINY_TRAIN_PY)
+    repo = make_checkout(base / "checkout", TINY_TRAIN_PY)
     replay = write_replay(base / "replay", {
         1: {"candidate/train.py": tiny_train_py(BIAS=0.5), "DESCRIPTION": DESCRIPTIONS[0]},
         2: {"candidate/train.py": tiny_train_py(BIAS=5.0), "DESCRIPTION": DESCRIPTIONS[1]},
