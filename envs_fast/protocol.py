@@ -36,10 +36,14 @@ def slug(env_id: str) -> str:
     return re.sub(r"[^0-9a-z]+", "_", env_id.lower())
 
 
-def translation_path(env_id: str, root: str | Path | None = None) -> Path:
-    """Where the translation of `env_id` lives: `<root>/envs_fast/<slug>.py` (root: the repository)."""
+TRANSLATION_SUFFIXES = {"jax": ".py", "rust": ".rs"}
+
+
+def translation_path(env_id: str, root: str | Path | None = None, lang: str = "jax") -> Path:
+    """Where the translation of `env_id` in `lang` ("jax" or "rust") lives: `<root>/envs_fast/<slug>.py`
+    or `.rs` (root: the repository)."""
     base = Path(root) / "envs_fast" if root is not None else PACKAGE_DIR
-    return base / f"{slug(env_id)}.py"
+    return base / f"{slug(env_id)}{TRANSLATION_SUFFIXES[lang]}"
 
 
 @dataclass
@@ -72,14 +76,36 @@ def file_hash(path: str | Path) -> str:
 
 
 def resolve_spec(spec: str, env_id: str, root: str | Path | None = None) -> str:
-    """Normalise a SPEC: "jax"/"translation" become the translation file's path."""
+    """Normalise a SPEC: "jax"/"translation" become the translation file's path, "rust" the Rust one's."""
     if spec in TRANSLATION_ALIASES:
         return str(translation_path(env_id, root))
+    if spec == "rust":
+        return str(translation_path(env_id, root, lang="rust"))
     return spec
 
 
 def is_file_spec(spec: str) -> bool:
-    return spec not in VECTOR_SPECS + ("gymnax",) + TRANSLATION_ALIASES
+    return spec not in VECTOR_SPECS + ("gymnax", "rust") + TRANSLATION_ALIASES
+
+
+def space_leaves(space) -> list:
+    """The leaf spaces of a (possibly nested Tuple/Dict) gymnasium space, Dict keys sorted."""
+    import gymnasium as gym
+
+    if isinstance(space, gym.spaces.Tuple):
+        return [leaf for s in space.spaces for leaf in space_leaves(s)]
+    if isinstance(space, gym.spaces.Dict):
+        return [leaf for key in sorted(space.spaces) for leaf in space_leaves(space.spaces[key])]
+    return [space]
+
+
+def dtype_kind(dtype) -> str:
+    """"bool", "integer" or "float" (else the dtype's name): what observations must agree on."""
+    import numpy as np
+
+    dtype = np.dtype(dtype)
+    return "bool" if dtype == bool else "integer" if np.issubdtype(dtype, np.integer) else \
+        "float" if np.issubdtype(dtype, np.floating) else str(dtype)
 
 
 RUST_SUFFIX = ".rs"
@@ -88,6 +114,11 @@ RUST_SUFFIX = ".rs"
 def is_rust_spec(spec: str) -> bool:
     """A Rust translation: the spec is a `.rs` source file (see rust_backend.py)."""
     return str(spec).endswith(RUST_SUFFIX)
+
+
+# A `protocol_problems` entry starting with this is reported as L1's "step signature" check (the
+# prefix stripped); every other entry goes to "shapes and dtypes".
+SIGNATURE_PROBLEM = "step signature: "
 
 
 class BatchedBackend(Protocol):
