@@ -1,4 +1,5 @@
-"""Backends: what a `--backend SPEC` names, loaded into one functional shape (`FunctionalBackend`).
+"""Backends: what a `--backend SPEC` names, loaded into one functional shape (`FunctionalBackend`),
+or, for the verifier, into a `BatchedBackend` (`load_batched`: JAX or Rust).
 
 The protocol's names and types live in `protocol.py` (re-exported here for older importers);
 this module loads a spec: a translation file, or gymnax through `gymnax_backend.py`.
@@ -12,8 +13,8 @@ from pathlib import Path
 
 from envs_fast.gymnax_backend import load_gymnax
 from envs_fast.protocol import (PACKAGE_DIR, PROTOCOL_FUNCTIONS, TRANSLATION_ALIASES, VECTOR_SPECS,  # noqa: F401
-                                BackendError, FunctionalBackend, check_env_id, file_hash, is_file_spec,
-                                resolve_spec, slug, translation_path)
+                                BackendError, BatchedBackend, FunctionalBackend, check_env_id, file_hash,
+                                is_file_spec, is_rust_spec, resolve_spec, slug, translation_path)
 
 
 def load_translation(path: str | Path, env_id: str | None = None) -> FunctionalBackend:
@@ -60,3 +61,23 @@ def load_functional(spec: str, env_id: str, root: str | Path | None = None) -> F
     if spec in VECTOR_SPECS:
         raise BackendError(f"{spec!r} is a vector backend, not a functional one")
     return load_translation(spec, env_id)
+
+
+def load_batched(spec: str, env_id: str, root: str | Path | None = None) -> BatchedBackend | None:
+    """The backend SPEC as the verifier drives it: None for the vector-only specs (envpool, reference),
+    a Rust translation for a `.rs` file (may raise BuildError), else a functional JAX backend."""
+    check_env_id(env_id)
+    spec = resolve_spec(spec, env_id, root)
+    if spec in VECTOR_SPECS:
+        return None
+    if is_rust_spec(spec):
+        try:  # lazy: only Rust specs need the toolchain
+            from envs_fast.rust_backend import load_rust
+        except ModuleNotFoundError as exc:
+            if exc.name != "envs_fast.rust_backend":
+                raise
+            raise BackendError(f"{spec}: this checkout has no Rust backend (envs_fast/rust_backend.py)") from None
+        return load_rust(spec, env_id)
+    from envs_fast.jax_batched import JaxBatched
+
+    return JaxBatched(load_functional(spec, env_id, root))

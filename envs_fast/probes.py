@@ -13,7 +13,7 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-from envs_fast.protocol import FunctionalBackend
+from envs_fast.protocol import BatchedBackend, FunctionalBackend
 
 
 SLOW_STEP = 0.05
@@ -60,7 +60,7 @@ def flat_values(tree) -> np.ndarray:
 class ReferenceStepper:
     """Steps the reference env from states written by the backend's `state_to_reference`."""
 
-    def __init__(self, env_id: str, backend: FunctionalBackend):
+    def __init__(self, env_id: str, backend: BatchedBackend | FunctionalBackend):  # only its state sync is used
         self.env = gym.make(env_id)
         self.unwrapped = self.env.unwrapped
         self.backend = backend

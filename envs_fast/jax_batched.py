@@ -1,0 +1,98 @@
+"""A functional JAX backend (a translation, gymnax) behind the numpy `BatchedBackend` interface the
+verifier drives: every call is one jitted, vmapped call over the batch."""
+from __future__ import annotations
+
+import gymnasium as gym
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from envs_fast.protocol import SIGNATURE_PROBLEM, FunctionalBackend, dtype_kind, space_leaves
+
+
+def _keys(seeds):
+    return jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds, jnp.uint32))
+
+
+def _to_numpy(tree):
+    return jax.tree_util.tree_map(np.asarray, jax.device_get(tree))
+
+
+def _to_jax(tree):
+    return jax.tree_util.tree_map(jnp.asarray, tree)
+
+
+class JaxBatched:
+    """`BatchedBackend` over a `FunctionalBackend`. The jitted functions live on the instance, so
+    repeated calls with the same batch shapes reuse one compilation."""
+
+    def __init__(self, functional: FunctionalBackend):
+        self.functional = functional
+        self.name = functional.name
+        self.env_id = functional.env_id
+        self.source_hash = functional.source_hash
+        self.state_from_reference = functional.state_from_reference
+        self.state_to_reference = functional.state_to_reference
+        fb = functional
+        self._reset = jax.jit(lambda seeds: jax.vmap(fb.reset)(_keys(seeds)))
+        self._step = jax.jit(lambda seeds, state, actions: jax.vmap(fb.step)(_keys(seeds), state, actions))
+        self._rollout = jax.jit(jax.vmap(self._one_rollout))
+        self._single_reset = jax.jit(fb.reset)
+        self._single_step = jax.jit(fb.step)
+
+    @property
+    def syncs_state(self) -> bool:
+        return self.functional.syncs_state
+
+    def reset(self, seeds):
+        return _to_numpy(self._reset(np.asarray(seeds, np.uint32)))
+
+    def step(self, seeds, state, actions):
+        return _to_numpy(self._step(np.asarray(seeds, np.uint32), _to_jax(state), jnp.asarray(actions)))
+
+    def _one_rollout(self, seed, state, actions):
+        step = self.functional.step
+
+        def body(carry, action):
+            st, key = carry
+            key, sub = jax.random.split(key)
+            obs, st, reward, terminated = step(sub, st, action)
+            flat = jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree_util.tree_leaves(obs)])
+            return (st, key), (flat, reward, terminated)
+
+        return jax.lax.scan(body, (state, jax.random.PRNGKey(seed)), actions)[1]
+
+    def rollout(self, seeds, state, actions):
+        obs, reward, terminated = self._rollout(jnp.asarray(seeds, jnp.uint32), _to_jax(state), jnp.asarray(actions))
+        return (np.asarray(obs, dtype=np.float64), np.asarray(reward, dtype=np.float64),
+                np.asarray(terminated, dtype=bool))
+
+    def protocol_problems(self, obs_space: gym.Space, action_space: gym.Space) -> list[str]:
+        """Runs reset and one step on a single key and checks what they return against the protocol
+        and the reference spaces. An exception from the backend propagates (L1 reports it)."""
+        key = jax.random.PRNGKey(0)
+        obs, state = self._single_reset(key)
+        out = self._single_step(key, state, jnp.asarray(action_space.sample()))
+        if len(out) != 4:
+            return [f"{SIGNATURE_PROBLEM}step returned {len(out)} values; the protocol is (obs, state, reward, terminated)"]
+        problems = []
+        for name, value in (("reset", obs), ("step", out[0])):
+            leaves = jax.tree_util.tree_leaves(value)
+            spaces_ = space_leaves(obs_space)
+            if len(leaves) != len(spaces_):
+                problems.append(f"{name} observation has {len(leaves)} arrays, the space has {len(spaces_)}")
+                continue
+            for leaf, space in zip(leaves, spaces_):
+                shape = getattr(space, "shape", ()) or ()
+                if tuple(np.shape(leaf)) != tuple(shape):
+                    problems.append(f"{name} observation shape {np.shape(leaf)} != space shape {shape}")
+                if dtype_kind(np.asarray(leaf).dtype) != dtype_kind(space.dtype):
+                    problems.append(f"{name} observation dtype {np.asarray(leaf).dtype} is not {dtype_kind(space.dtype)} like the space's {space.dtype}")
+        reward, terminated = out[2], out[3]
+        if np.shape(reward) != () or dtype_kind(np.asarray(reward).dtype) not in ("float", "integer"):
+            problems.append(f"reward must be a numeric scalar, got shape {np.shape(reward)} dtype {np.asarray(reward).dtype}")
+        if np.shape(terminated) != () or np.asarray(terminated).dtype != bool:
+            problems.append(f"terminated must be a bool scalar, got shape {np.shape(terminated)} dtype {np.asarray(terminated).dtype}")
+        if jax.tree_util.tree_structure(out[1]) != jax.tree_util.tree_structure(state):
+            problems.append("step returned a state with a different structure than reset's")
+        return problems
