@@ -19,7 +19,8 @@ from envs_fast.protocol import file_hash, is_file_spec
 PACKAGE_DIR = Path(__file__).resolve().parent
 CACHE_ENV_VAR = "AUTORL_VERIFY_CACHE"
 PACKAGES = ("jax", "jaxlib", "gymnasium", "numpy", "scipy", "envpool", "gymnax", "box2d-py", "box2d", "mujoco")
-VERIFIER_SOURCES = ("verify.py", "probes.py", "stats.py", "vector.py", "protocol.py", "backend.py", "gymnax_backend.py")
+VERIFIER_SOURCES = ("verify/*.py", "probes.py", "stats.py", "vector.py", "protocol.py", "backend.py", "gymnax_backend.py",
+                    "jax_batched.py")  # glob patterns under envs_fast/
 
 
 def cache_dir() -> Path:
@@ -53,9 +54,9 @@ def package_versions() -> dict[str, str]:
 
 def _verifier_hash() -> str:
     digest = hashlib.sha256()
-    for name in VERIFIER_SOURCES:
-        path = PACKAGE_DIR / name
-        if path.exists():
+    for pattern in VERIFIER_SOURCES:
+        for path in sorted(PACKAGE_DIR.glob(pattern)):
+            digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode())
             digest.update(path.read_bytes())
     return digest.hexdigest()
 

@@ -1,0 +1,196 @@
+"""L2 interactions (backends with state sync): one backend step from a state synced from the
+reference, compared field by field with the reference's step, over states from real rollouts and
+states found near every termination and clipping boundary; for a stochastic reference, the
+next-step distributions from the same states."""
+from __future__ import annotations
+
+import jax
+import numpy as np
+
+from envs_fast.probes import (ReferenceStepper, Sample, collect_boundary_samples, collect_rollout_samples,
+                              field_names, flat_values, probe_actions)
+from envs_fast.protocol import dtype_kind, space_leaves
+from envs_fast.report import LevelReport
+from envs_fast.stats import same_distribution_p
+from envs_fast.verify.context import Context
+from envs_fast.verify.shared import (failing_on_crash, format_action, format_state, histogram, num, seeds, stack,
+                                     tolerance_text)
+
+
+def run(ctx: Context) -> LevelReport:
+    report = LevelReport(2)
+    if not (ctx.backend and ctx.backend.syncs_state):
+        report.status = "not applicable"
+        report.note = "this backend cannot sync state with the reference; L3 compares it statistically"
+        return report
+    with failing_on_crash(report):
+        _check(ctx, report)
+    return report
+
+
+def _check(ctx: Context, report: LevelReport):
+    s = ctx.settings
+    report.tolerances = {"observation, reward and state floats": tolerance_text(s) + f" + {s.sensitivity_factor:g} * sensitivity",
+                         "terminated, integer and bool fields": "exact, unless the reference itself flips under a float32 rounding of the state",
+                         "sensitivity": "how far the reference's outputs move when every state component moves by 8 float32 roundings (2**-20 relative)"}
+    sync = ctx.sync
+    if sync.broken and sync.problem is None:
+        report.add("reference rollouts", False, "no state could be synced: state_to_reference/"
+                   f"state_from_reference or the reference step failed: {sync.unsynced}")
+        return
+    if sync.problem:
+        report.add("state sync round trip", False, sync.problem["detail"], sync.problem)
+        return
+    report.add("state sync round trip", True, "states written with state_to_reference read back "
+               "unchanged with state_from_reference")
+    stepper = ReferenceStepper(ctx.env_id, ctx.backend)
+    rng = np.random.default_rng(s.seed)
+    try:
+        horizon = min(ctx.max_episode_steps or s.rollout_steps, s.rollout_steps)
+        rollout = collect_rollout_samples(stepper, ctx.action_space, horizon, s.l2_target, s.seed)
+        if not rollout:
+            report.add("reference rollouts", False, "no state could be synced: state_to_reference/"
+                       f"state_from_reference or the reference step failed: {stepper.last_error}")
+            return
+        if sync.stochastic:
+            report.note = "the reference's transitions are stochastic: next-step distributions are compared"
+            report.tolerances = {"next-step distribution": "per observation component, reward and terminated: "
+                                 "chi-square (few discrete values) or Kolmogorov-Smirnov, p >= 0.001 Bonferroni-corrected"}
+            _distributional(ctx, report, stepper, rollout, rng)
+            return
+        states = [sample.state for sample in rollout]
+        values = np.stack([flat_values(st) for st in states])
+        spreads, limits = np.std(values, axis=0), np.max(np.abs(values), axis=0)
+        picks = sorted(set(int(i) for i in np.linspace(0, len(states) - 1, 4)))
+        boundary = collect_boundary_samples(stepper, [states[i] for i in picks], spreads, limits,
+                                            probe_actions(ctx.action_space, rng))
+    finally:
+        stepper.close()
+    _compare_samples(ctx, report, "step from rollout states", rollout)
+    _compare_samples(ctx, report, "step from boundary states", boundary)
+
+
+def _run_backend(ctx: Context, samples: list[Sample], chunk: int = 1024):
+    """The backend's step on every sample's state and action, in fixed-size chunks (one batch shape,
+    so a compiled backend compiles once)."""
+    outputs = []
+    for start in range(0, len(samples), chunk):
+        part = samples[start:start + chunk]
+        padded = part + [part[0]] * (chunk - len(part)) if len(samples) > chunk else part
+        states = stack([p.state for p in padded])
+        actions = np.stack([np.asarray(p.action) for p in padded])
+        out = ctx.backend.step(seeds(ctx.settings.seed + start, len(padded)), states, actions)
+        outputs.append(jax.tree_util.tree_map(lambda x: np.asarray(x)[: len(part)], out))
+    return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *outputs)
+
+
+def _columns(ctx: Context, samples: list[Sample], out):
+    """(name, reference matrix, backend matrix, exact?) for every compared field."""
+    n = len(samples)
+    b_obs, b_state, b_reward, b_term = out
+    columns = []
+    obs_names = ["obs" + name for name in field_names(samples[0].obs)]
+    ref_obs = np.stack([flat_values(smp.obs) for smp in samples])
+    back_obs = np.concatenate([np.asarray(leaf, dtype=np.float64).reshape(n, -1) for leaf in jax.tree_util.tree_leaves(b_obs)], axis=1)
+    obs_exact = [dtype_kind(space.dtype) != "float" for space in space_leaves(ctx.obs_space)
+                 for _ in range(int(np.prod(getattr(space, "shape", ()) or (1,))))]
+    if back_obs.shape != ref_obs.shape:
+        raise ValueError(f"observation has {back_obs.shape[1]} values, the reference's has {ref_obs.shape[1]}")
+    for j, name in enumerate(obs_names):
+        columns.append((name, ref_obs[:, j], back_obs[:, j], obs_exact[j] if j < len(obs_exact) else False))
+    columns.append(("reward", np.array([smp.reward for smp in samples]), np.asarray(b_reward, dtype=np.float64).reshape(n), False))
+    columns.append(("terminated", np.array([smp.terminated for smp in samples], dtype=np.float64),
+                    np.asarray(b_term, dtype=np.float64).reshape(n), True))
+    state_names = ["state" + name for name in field_names(samples[0].next_state)]
+    ref_state = np.stack([flat_values(smp.next_state) for smp in samples])
+    back_state = np.concatenate([np.asarray(leaf, dtype=np.float64).reshape(n, -1) for leaf in jax.tree_util.tree_leaves(b_state)], axis=1)
+    state_exact = [np.asarray(leaf).dtype.kind in "biu" for leaf in jax.tree_util.tree_leaves(samples[0].next_state)
+                   for _ in range(np.size(leaf))]
+    if back_state.shape == ref_state.shape:
+        for j, name in enumerate(state_names):
+            columns.append((name, ref_state[:, j], back_state[:, j], state_exact[j]))
+    return columns
+
+
+def _compare_samples(ctx: Context, report: LevelReport, check: str, samples: list[Sample]):
+    if not samples:
+        report.add(check, True, "no states of this kind (the reference rejected every probe)")
+        return
+    try:
+        out = _run_backend(ctx, samples)
+        columns = _columns(ctx, samples, out)
+    except Exception as exc:
+        report.add(check, False, f"the backend failed on these states: {type(exc).__name__}: {exc}")
+        return
+    s = ctx.settings
+    ratios = []
+    sensitivity = np.stack([smp.sensitivity for smp in samples])
+    for column, (name, ref, back, exact) in enumerate(columns):
+        diff = np.abs(back - ref)
+        spread = s.sensitivity_factor * sensitivity[:, column] if column < sensitivity.shape[1] else 0.0
+        allowed = (np.zeros_like(ref) if exact else s.atol + s.rtol * np.abs(ref)) + spread
+        ratio = np.where(diff <= allowed, diff / np.maximum(allowed, 1e-300), np.inf)
+        ratio = np.where(np.isnan(back) & ~np.isnan(ref), np.inf, ratio)
+        ratios.append(ratio)
+        relative = diff / np.maximum(allowed, 1e-300)
+        worst = int(np.nanargmax(relative)) if len(diff) and not exact else 0
+        if not exact and (report.largest_deviation is None
+                          or relative[worst] > report.largest_deviation["fraction of allowed"]):
+            report.largest_deviation = {"field": name, "abs": float(diff[worst]), "allowed": float(allowed[worst]),
+                                        "fraction of allowed": float(relative[worst]),
+                                        "reference": float(ref[worst]), "backend": float(back[worst]),
+                                        "origin": samples[worst].origin}
+    failing = np.any(np.stack(ratios) > 1, axis=0)
+    count = int(failing.sum())
+    detail = f"{len(samples) - count} of {len(samples)} steps agree"
+    failure = None
+    if count:
+        i = int(np.argmax(failing))
+        fields = [{"field": name, "reference": num(ref[i]), "backend": num(back[i]),
+                   "diff": f"{abs(back[i] - ref[i]):.3g}",
+                   "allowed": f"{(0 if exact else s.atol + s.rtol * abs(ref[i])) + s.sensitivity_factor * sensitivity[i, c]:.3g}"}
+                  for c, ((name, ref, back, exact), ratio) in enumerate(zip(columns, ratios)) if ratio[i] > 1]
+        failure = {"origin": samples[i].origin, "state": format_state(samples[i].state),
+                   "action": format_action(samples[i].action), "fields": fields,
+                   "failing steps": count}
+        detail += f"; {count} differ, first in field(s) {', '.join(f['field'] for f in fields)}"
+    report.add(check, count == 0, detail, failure)
+
+
+def _distributional(ctx: Context, report: LevelReport, stepper: ReferenceStepper, rollout: list[Sample],
+                    rng: np.random.Generator, pairs: int = 30, draws: int = 64):
+    picks = rng.choice(len(rollout), size=min(pairs, len(rollout)), replace=False)
+    worst = (1.0, None, None, None, None)
+    for index in picks:
+        sample = rollout[int(index)]
+        reference = []
+        for d in range(draws):
+            stepper.write_state(sample.state)
+            stepper.unwrapped.np_random = np.random.default_rng(10_000 + d)
+            obs, reward, terminated, _ = stepper.step(sample.action)
+            reference.append(np.concatenate([flat_values(obs), [reward, float(terminated)]]))
+        states = stack([sample.state] * draws)  # the same state, a different seed per draw
+        actions = np.stack([np.asarray(sample.action)] * draws)
+        obs, _, reward, terminated = ctx.backend.step(seeds(int(index) * draws, draws), states, actions)
+        backend = np.concatenate([np.asarray(leaf, dtype=np.float64).reshape(draws, -1) for leaf in jax.tree_util.tree_leaves(obs)]
+                                 + [np.asarray(reward, dtype=np.float64).reshape(draws, 1),
+                                    np.asarray(terminated, dtype=np.float64).reshape(draws, 1)], axis=1)
+        reference = np.stack(reference)
+        if backend.shape != reference.shape:
+            report.add("next-step distribution", False, f"output sizes differ: {backend.shape} vs {reference.shape}")
+            return
+        for column in range(reference.shape[1]):
+            p, test = same_distribution_p(backend[:, column], reference[:, column])
+            if p < worst[0]:
+                worst = (p, sample, column, histogram(backend[:, column]), histogram(reference[:, column]))
+    threshold = 1e-3 / (len(picks) * (flat_values(rollout[0].obs).size + 2))
+    ok = worst[0] >= threshold
+    failure = None
+    if not ok:
+        sample, column = worst[1], worst[2]
+        names = ["obs" + n for n in field_names(sample.obs)] + ["reward", "terminated"]
+        failure = {"origin": sample.origin, "state": format_state(sample.state), "action": format_action(sample.action),
+                   "field": names[column] if column < len(names) else column,
+                   "backend outcomes": worst[3], "reference outcomes": worst[4]}
+    report.add("next-step distribution", ok,
+               f"{len(picks)} states x {draws} draws per side, lowest p={worst[0]:.3g} (threshold {threshold:.2g})", failure)
