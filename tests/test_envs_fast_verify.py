@@ -213,3 +213,38 @@ def test_protocol_violation_is_reported_by_name(tmp_path):
     report = verify("CartPole-v1", str(path), (1,), QUICK)
     assert report.levels[0].failure["check"] == "step signature"
     assert "the protocol is (obs, state, reward, terminated)" in report.to_text()
+
+
+def test_sync_status_is_computed_once_even_when_l2_and_l3_both_run(monkeypatch):
+    from envs_fast.verify import context
+
+    calls = []
+    compute = context.compute_sync_status
+
+    def counting(ctx):
+        calls.append(ctx.env_id)
+        return compute(ctx)
+
+    monkeypatch.setattr(context, "compute_sync_status", counting)
+    report = verify("CartPole-v1", "jax", (2, 3), QUICK)
+    assert report.passed, report.to_text()
+    assert calls == ["CartPole-v1"]
+
+
+def test_a_backend_that_does_not_build_fails_l1_builds_with_the_compiler_message(monkeypatch, capsys):
+    import envs_fast.backend
+    from envs_fast.protocol import BuildError
+
+    message = "error[E0425]: cannot find value `GRAVITY` in this scope"
+
+    def does_not_build(spec, env_id, root=None):
+        raise BuildError(message)
+
+    monkeypatch.setattr(envs_fast.backend, "load_batched", does_not_build)
+    report = verify("CartPole-v1", "jax", (1, 2, 3), QUICK)
+    assert not report.passed
+    assert [level.level for level in report.levels] == [1]
+    assert report.levels[0].failure["check"] == "builds"
+    assert report.levels[0].checks[0].detail == message
+    assert main(["--env", "CartPole-v1", "--backend", "jax"]) == 1  # a failed verification, not bad input
+    assert message in capsys.readouterr().out
