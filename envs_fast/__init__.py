@@ -15,12 +15,18 @@ __all__ = ["BackendError", "slug", "make_vec_env", "choose_backend", "translatio
 
 
 def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None, root: str | Path | None = None):
-    """A `gymnasium.vector.VectorEnv` over the backend SPEC: a translation file path, "jax" or
-    "translation" (meaning `envs_fast/<slug>.py`), "envpool", "gymnax" or "reference"."""
+    """A `gymnasium.vector.VectorEnv` over the backend SPEC: a translation file path (JAX `.py` or
+    Rust `.rs`), "jax"/"translation" (`envs_fast/<slug>.py`), "rust" (`envs_fast/<slug>.rs`),
+    "envpool", "gymnax" or "reference"."""
     from envs_fast.backend import load_functional
-    from envs_fast.protocol import check_env_id
+    from envs_fast.protocol import check_env_id, is_rust_spec, resolve_spec
 
     check_env_id(env_id)
+    spec = resolve_spec(spec, env_id, root)
+    if is_rust_spec(spec):
+        from envs_fast.rust_backend import make_rust_vec_env
+
+        return make_rust_vec_env(spec, env_id, num_envs, seed)
     if spec == "envpool":
         from envs_fast.envpool_backend import EnvpoolVectorEnv, envpool_supports
 
@@ -44,8 +50,8 @@ def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None) -
     `make_vec_env(backend="auto")` uses (a translation file path, "gymnax", "envpool" or "reference").
 
     Candidates, in the default order:
-      1. the translation `<root>/envs_fast/<slug>.py` (root: this repository), if its cached verdict
-         for its current content passes;
+      1. the translations `<root>/envs_fast/<slug>.py` (JAX) and `<root>/envs_fast/<slug>.rs` (Rust;
+         root: this repository), each if its cached verdict for its current content passes;
       2. "gymnax", if gymnax has the env and its cached verdict passes;
       3. "envpool", if envpool is installed and has the env: trusted without a verdict (as the
          default backend it has always been), unless a cached verdict says it fails.
@@ -56,10 +62,10 @@ def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None) -
     Nothing is verified or measured here, only cached records are read: cheap enough to call when
     every training run starts. Unknown env ids are not checked here (they have no candidates).
     """
-    return _fastest(env_id, num_envs, translation_path(env_id, root))
+    return _fastest(env_id, num_envs, [translation_path(env_id, root), translation_path(env_id, root, lang="rust")])
 
 
-def _fastest(env_id: str, num_envs: int, translation: Path) -> str:
+def _fastest(env_id: str, num_envs: int, translations: list[Path]) -> str:
     from envs_fast import cache
     from envs_fast.gymnax_backend import gymnax_supports
 
@@ -68,8 +74,7 @@ def _fastest(env_id: str, num_envs: int, translation: Path) -> str:
         return None if record is None else bool(record.get("passed"))
 
     candidates = []  # in the default order
-    if translation.is_file() and verdict(str(translation)):
-        candidates.append(str(translation))
+    candidates += [str(path) for path in translations if path.is_file() and verdict(str(path))]
     if gymnax_supports(env_id) and verdict("gymnax"):
         candidates.append("gymnax")
     if _envpool_supports(env_id) and verdict("envpool") is not False:
