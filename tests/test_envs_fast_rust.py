@@ -1,0 +1,246 @@
+"""The Rust backend kind (envs_fast/rust_backend.py): building and its cache, the ABI checks, the
+two worked examples against gymnasium step by step, and the VectorEnv adapter's semantics."""
+import shutil
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from envs_fast import rust_backend
+from envs_fast.protocol import BackendError, BuildError
+from envs_fast.rust_backend import RustVectorEnv, build, load_rust, rustc_available
+
+pytestmark = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
+
+ENVS_FAST = Path(__file__).resolve().parent.parent / "envs_fast"
+EXAMPLES = {"CartPole-v1": ENVS_FAST / "cartpole_v1.rs", "Acrobot-v1": ENVS_FAST / "acrobot_v1.rs"}
+TOLERANCE = 1e-9
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    """Every library of this module is built into a temporary cache, never into the repository."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def backends(private_cache):
+    return {env_id: load_rust(path, env_id) for env_id, path in EXAMPLES.items()}
+
+
+def copy_example(env_id: str, folder: Path, replace: tuple[str, str] | None = None, sync: bool = True) -> Path:
+    """The example's source (optionally with one text replacement) and its sync companion in `folder`."""
+    source = EXAMPLES[env_id]
+    text = source.read_text()
+    if replace:
+        assert replace[0] in text
+        text = text.replace(*replace)
+    target = folder / source.name
+    target.write_text(text)
+    if sync:
+        shutil.copy(source.with_name(source.stem + "_sync.py"), folder)
+    return target
+
+
+# ---------------------------------------------------------------- building and loading
+
+def test_build_reuses_the_cached_library(backends, monkeypatch):
+    library = build(EXAMPLES["CartPole-v1"])
+    assert library.is_file() and library.name == "libcartpole_v1.so"
+    assert library.parent.parent.parent == rust_backend.cache_dir()
+    built_at = library.stat().st_mtime_ns
+
+    def no_compiler(*args, **kwargs):
+        raise AssertionError(f"rustc was invoked again: {args}")
+
+    monkeypatch.setattr(rust_backend.subprocess, "run", no_compiler)
+    assert build(EXAMPLES["CartPole-v1"]) == library
+    assert library.stat().st_mtime_ns == built_at
+
+
+def test_compile_error_is_a_build_error_with_rustcs_message(tmp_path):
+    broken = copy_example("CartPole-v1", tmp_path, ("let costheta = theta.cos();", "let costheta: u32 = theta.cos();"))
+    with pytest.raises(BuildError) as caught:
+        build(broken)
+    message = str(caught.value)
+    assert "error[E0308]" in message and str(broken) in message  # the error, located in the agent's file
+    assert len(message.splitlines()) <= rust_backend.ERROR_LINES + 2
+
+
+def test_missing_rustc_is_one_clear_line(monkeypatch):
+    monkeypatch.setattr(rust_backend.shutil, "which", lambda name: None)
+    assert not rustc_available()
+    with pytest.raises(BackendError, match=r"^rustc not found on PATH: .*rustup\.rs\)$"):
+        build(EXAMPLES["CartPole-v1"])
+
+
+def test_env_id_mismatch_is_a_backend_error(backends):
+    with pytest.raises(BackendError, match="ENV_ID is 'CartPole-v1', expected 'Acrobot-v1'"):
+        load_rust(EXAMPLES["CartPole-v1"], "Acrobot-v1")
+
+
+def test_without_companion_the_backend_does_not_sync(backends, tmp_path):
+    backend = load_rust(copy_example("CartPole-v1", tmp_path, sync=False), "CartPole-v1")
+    assert not backend.syncs_state and backend.state_from_reference is None and backend.state_to_reference is None
+
+
+@pytest.mark.parametrize("env_id", list(EXAMPLES))
+def test_protocol_declarations(backends, env_id):
+    backend = backends[env_id]
+    reference = gym.make(env_id)
+    assert backend.name == str(EXAMPLES[env_id]) and backend.env_id == env_id and backend.syncs_state
+    assert backend.protocol_problems(reference.observation_space, reference.action_space) == []
+    other = gym.make("Acrobot-v1" if env_id == "CartPole-v1" else "CartPole-v1")
+    assert any("autorl_obs_size" in p for p in backend.protocol_problems(other.observation_space, reference.action_space))
+
+    obs, state = backend.reset(np.arange(5, dtype=np.uint32))
+    assert obs.shape == (5,) + reference.observation_space.shape and obs.dtype == np.float32
+    assert type(state)._fields == tuple(backend.state_fields) and all(v.shape == (5,) and v.dtype == np.float64 for v in state)
+    actions = np.random.default_rng(0).integers(0, reference.action_space.n, (5, 4))
+    flat, rewards, terminated = backend.rollout(np.arange(5, dtype=np.uint32), state, actions)
+    for t in range(4):  # a rollout is consecutive steps (these envs draw no randomness in a step)
+        obs, state, reward, term = backend.step(np.arange(5, dtype=np.uint32), state, actions[:, t])
+        assert np.array_equal(flat[:, t], obs.astype(np.float64)) and np.array_equal(rewards[:, t], reward)
+        assert np.array_equal(terminated[:, t], term)
+
+
+# ---------------------------------------------------------------- faithful to the reference
+
+def step_deviation(backend, env_id: str, steps: int = 2000, seed: int = 0) -> tuple[float, int]:
+    """(largest |backend - reference| over observation, reward and next state, number of differing
+    terminated flags) over `steps` random reference steps, each from a state synced both ways."""
+    env = gym.make(env_id)
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    starts, actions, outcomes = [], [], []
+    for i in range(steps):
+        backend.state_to_reference(backend.state_from_reference(env), env)
+        starts.append(backend.state_from_reference(env))
+        actions.append(int(rng.integers(env.action_space.n)))
+        obs, reward, terminated, _, _ = env.unwrapped.step(actions[-1])
+        outcomes.append((obs, reward, terminated, backend.state_from_reference(env)))
+        if terminated or rng.random() < 0.01:
+            env.reset(seed=seed + 1 + i)
+    state = backend.State(*np.array(starts, dtype=np.float64).T)
+    obs, next_state, reward, terminated = backend.step(np.arange(steps, dtype=np.uint32), state, np.array(actions))
+    ref_obs, ref_reward, ref_terminated, ref_next = (np.array(column) for column in zip(*outcomes))
+    deviation = max(np.abs(obs - ref_obs).max(), np.abs(reward - ref_reward).max(),
+                    np.abs(np.stack(next_state, axis=1) - ref_next).max())
+    return float(deviation), int(np.sum(terminated != ref_terminated))
+
+
+@pytest.mark.parametrize("env_id", list(EXAMPLES))
+def test_steps_match_gymnasium(backends, env_id):
+    deviation, flag_mismatches = step_deviation(backends[env_id], env_id)
+    assert deviation <= TOLERANCE and flag_mismatches == 0
+
+
+def test_a_changed_constant_is_detected(backends, tmp_path):
+    """The comparison above can fail: gravity 9.81 instead of 9.8 is far outside its tolerance."""
+    mutated = copy_example("CartPole-v1", tmp_path, ("const GRAVITY: f64 = 9.8;", "const GRAVITY: f64 = 9.81;"))
+    deviation, _ = step_deviation(load_rust(mutated, "CartPole-v1"), "CartPole-v1", steps=300)
+    assert deviation > 1000 * TOLERANCE
+
+
+def test_threaded_batches_equal_serial_ones(backends):
+    backend, n, part = backends["CartPole-v1"], 65_536, 1000  # 65,536 envs run on threads, 1000 serially
+    seeds = np.arange(n, dtype=np.uint32) + 7
+    rng = np.random.default_rng(1)
+
+    def arrays(out):  # outputs as plain arrays, a state NamedTuple as one (n, fields) array
+        return [np.stack(x, axis=1) if isinstance(x, tuple) else np.asarray(x) for x in out]
+
+    def part_of(x, index):
+        return type(x)(*(v[index] for v in x)) if isinstance(x, tuple) else x[index]
+
+    def in_parts(call, *batched):
+        pieces = [arrays(call(*(part_of(x, slice(i, i + part)) for x in batched))) for i in range(0, n, part)]
+        return [np.concatenate(column) for column in zip(*pieces)]
+
+    obs, state = backend.reset(seeds)
+    assert all(np.array_equal(a, b) for a, b in zip(arrays((obs, state)), in_parts(backend.reset, seeds)))
+    for _ in range(3):
+        actions = rng.integers(0, 2, n)
+        whole = backend.step(seeds, state, actions)
+        assert all(np.array_equal(a, b) for a, b in zip(arrays(whole), in_parts(backend.step, seeds, state, actions)))
+        state = whole[1]
+
+
+# ---------------------------------------------------------------- the VectorEnv adapter
+
+def balance(obs):
+    """A linear controller that keeps CartPole-v1 up for all 500 steps (tests/handmade_policies.py)."""
+    x, x_dot, theta, theta_dot = obs.T
+    return (0.1 * x + 0.5 * x_dot + 10.0 * theta + 2.0 * theta_dot > 0).astype(np.int64)
+
+
+def test_adapter_spaces_and_types(backends):
+    reference = gym.make("CartPole-v1")
+    venv = RustVectorEnv(backends["CartPole-v1"], 6, seed=3)
+    assert venv.metadata["autoreset_mode"] == AutoresetMode.NEXT_STEP
+    assert venv.single_observation_space == reference.observation_space
+    assert venv.action_space == batch_space(reference.action_space, 6)
+    with pytest.raises(RuntimeError, match="reset"):
+        venv.step(np.zeros(6, np.int64))
+    obs, info = venv.reset(seed=11)
+    assert info == {} and venv.observation_space.contains(obs)
+    first = obs
+    out = venv.step(np.ones(6, np.int64))
+    assert out[0].dtype == np.float32 and out[1].dtype == np.float64 and out[2].dtype == out[3].dtype == bool
+    kept = [x.copy() for x in out[:4]]
+    venv.step(np.zeros(6, np.int64))
+    assert all(np.array_equal(a, b) for a, b in zip(kept, out[:4]))  # returned arrays are never reused in place
+    assert np.array_equal(first, venv.reset(seed=11)[0])
+    with pytest.raises(ValueError, match="outside"):
+        venv.step(np.full(6, 2))
+
+
+def test_adapter_autoresets_on_the_next_step(backends):
+    venv = RustVectorEnv(backends["CartPole-v1"], 4, seed=0)
+    venv.reset(seed=0)
+    ended, episodes = np.zeros(4, bool), 0
+    for _ in range(60):  # always pushing right ends every episode within a few dozen steps
+        obs, reward, terminated, truncated, _ = venv.step(np.ones(4, np.int64))
+        assert not truncated.any()
+        after = ended  # envs whose episode ended on the previous step
+        assert np.all(reward[after] == 0.0) and not terminated[after].any()
+        assert np.all(np.abs(obs[after]) <= 0.05)  # the reset observation
+        assert np.all(reward[~after] == 1.0)
+        ended = terminated
+        episodes += int(terminated.sum())
+    assert episodes >= 8
+
+
+def test_adapter_truncates_cartpole_at_500(backends):
+    venv = RustVectorEnv(backends["CartPole-v1"], 4, seed=2)
+    obs, _ = venv.reset(seed=2)
+    for step in range(1, 501):
+        obs, reward, terminated, truncated, _ = venv.step(balance(obs))
+        assert not terminated.any() and np.all(reward == 1.0)
+        assert truncated.all() == (step == 500) and truncated.any() == (step == 500)
+    obs, reward, terminated, truncated, _ = venv.step(balance(obs))  # the autoreset step
+    assert np.all(reward == 0.0) and not terminated.any() and not truncated.any() and np.all(np.abs(obs) <= 0.05)
+    obs, reward, terminated, truncated, _ = venv.step(balance(obs))  # a new episode, counted from 0
+    assert np.all(reward == 1.0) and not truncated.any()
+
+
+@pytest.mark.parametrize("env_id", list(EXAMPLES))
+def test_adapter_reset_seed_repeats_trajectories(backends, env_id):
+    actions = np.random.default_rng(0).integers(0, gym.make(env_id).action_space.n, (300, 8))
+
+    def trajectory(venv, seed):
+        rows = [venv.reset(seed=seed)[0].ravel()]
+        for a in actions:
+            rows.append(np.concatenate([np.ravel(x).astype(np.float64) for x in venv.step(a)[:4]]))
+        return rows
+
+    venv = RustVectorEnv(backends[env_id], 8)
+    first, second = trajectory(venv, 5), trajectory(venv, 5)
+    assert all(np.array_equal(a, b) for a, b in zip(first, second))
+    other = trajectory(RustVectorEnv(backends[env_id], 8), 6)
+    assert not all(np.array_equal(a, b) for a, b in zip(first, other))
