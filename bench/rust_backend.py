@@ -14,13 +14,12 @@ import sys
 import warnings
 from pathlib import Path
 
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from envs_fast.bench import Runner, jax_runner, measure  # noqa: E402
+from envs_fast.bench import Runner, jax_runner, measure, rust_runner  # noqa: E402
 from envs_fast.protocol import translation_path  # noqa: E402
-from envs_fast.rust_backend import load_rust, make_rust_vec_env  # noqa: E402
+from envs_fast.rust_backend import make_rust_vec_env  # noqa: E402
 
 
 def adapter_runner(venv, seed: int = 0, chunk: int = 64) -> Runner:
@@ -40,38 +39,6 @@ def adapter_runner(venv, seed: int = 0, chunk: int = 64) -> Runner:
     return Runner(run_once, venv.close)
 
 
-def raw_rust_runner(path: Path, env_id: str, num_envs: int, chunk: int = 16) -> Runner:
-    """`autorl_step` in a loop; the terminated flags of one call are the resets of the next (two
-    flag buffers used in turn), so finished envs auto-reset at no Python cost."""
-    backend = load_rust(path, env_id)
-    library, n = backend.library, num_envs
-    seeds = np.arange(n, dtype=np.uint64)
-    state = np.zeros((n, backend.state_size))
-    obs = np.zeros((n, backend.obs_size), np.float32)
-    reward = np.zeros(n)
-    flags = [np.zeros(n, np.uint8), np.zeros(n, np.uint8)]
-    space = backend.action_space
-    rng = np.random.default_rng(0)
-    actions = [np.ascontiguousarray(rng.integers(space.start, space.start + space.n, (n, 1)).astype(np.float64))
-               for _ in range(8)]
-    library.autorl_reset(n, seeds.ctypes.data, state.ctypes.data, obs.ctypes.data)
-    p = lambda a: a.ctypes.data  # noqa: E731
-    calls = [(n, p(seeds), p(flags[k % 2]), p(state), p(actions[k % 8]), p(obs), p(reward), p(flags[(k + 1) % 2]))
-             for k in range(8)]
-    stride = np.uint64(n)
-    buffers = (state, obs, reward, flags, actions)  # `calls` holds bare addresses: keep the arrays alive
-
-    def run_once():
-        assert buffers
-        for k in range(chunk):
-            np.add(seeds, stride, out=seeds)
-            library.autorl_step(*calls[k % 8])
-        return chunk * n
-
-    run_once()
-    return Runner(run_once)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="CartPole-v1")
@@ -89,7 +56,7 @@ def main() -> int:
             f"rust adapter ({args.adapter_envs} envs)": adapter_runner(make_rust_vec_env(rust_path, env_id, args.adapter_envs, 0)),
             f"envpool adapter ({args.adapter_envs} envs)": adapter_runner(EnvpoolVectorEnv(env_id, args.adapter_envs, 0)),
             f"jax adapter ({args.adapter_envs} envs)": adapter_runner(make_vec_env("jax", env_id, args.adapter_envs, 0)),
-            f"rust autorl_step ({args.raw_envs} envs)": raw_rust_runner(rust_path, env_id, args.raw_envs),
+            f"rust autorl_step ({args.raw_envs} envs)": rust_runner(str(rust_path), env_id, args.raw_envs),
             f"jax lax.scan ({args.raw_envs} envs)": jax_runner("jax", env_id, args.raw_envs),
         }
         sps = measure(runners, args.seconds)

@@ -4,8 +4,9 @@
 
 Figures (steps per second; measured in interleaved rounds so that all see the same machine load):
   backend_sps        the backend itself: for JAX backends a jitted lax.scan rollout of random actions
-                     over num_envs envs with auto-reset and time limit (no host round trips); envpool
-                     at num_envs
+                     over num_envs envs with auto-reset and time limit (no host round trips); for Rust
+                     backends `autorl_step` called in a loop over num_envs envs (auto-reset through the
+                     resets array, actions drawn beforehand); envpool at num_envs
   reference_sps      one gymnasium env (gym.make), stepped in Python
   reference_vec_sps  gymnasium's own vector env (gym.make_vec) at the adapter's num_envs
   adapter_sps        the backend through the gymnasium VectorEnv adapter at the num_envs a train.py
@@ -18,7 +19,8 @@ Figures (steps per second; measured in interleaved rounds so that all see the sa
                      update is left out: it costs the same whatever the backend. None otherwise.
   train_sps          the figure that says how fast training will go on this backend: e2e_sps where
                      train.py trains the backend end to end, adapter_sps where it steps it from its
-                     torch loop (envpool, reference, or a train.py without the end-to-end path).
+                     torch loop (envpool, reference, a Rust translation, or a train.py without the
+                     end-to-end path).
                      The translate phase compares this one, and it is the figure cached for `auto`
                      (envs_fast.choose_backend ranks verified backends by it).
   ratio              backend_sps / reference_sps
@@ -40,7 +42,7 @@ import numpy as np
 
 from envs_fast import cache
 from envs_fast.backend import load_functional
-from envs_fast.protocol import BackendError, check_env_id, resolve_spec
+from envs_fast.protocol import BackendError, check_env_id, is_rust_spec, resolve_spec
 
 DEFAULT_NUM_ENVS = 65536  # JAX backends: large batches amortise the per-step dispatch
 DEFAULT_VECTOR_NUM_ENVS = 64  # envpool/reference: one process, threads per core
@@ -271,6 +273,50 @@ def _scan_runner(rollout, carry, steps_per_call: int) -> Runner:
     return Runner(run_once)
 
 
+def rust_runner(spec: str, env_id: str, num_envs: int, seed: int = 0, chunk: int = 16) -> Runner:
+    """`autorl_step` in a loop over num_envs envs: one call's terminated flags are the next call's
+    resets (two flag buffers in turn), so finished envs auto-reset at no Python cost; random actions
+    are drawn beforehand, so the figure times the env, not the action sampler."""
+    from envs_fast.rust_backend import load_rust
+
+    backend = load_rust(spec, env_id)
+    library, n = backend.library, num_envs
+    seeds = np.arange(n, dtype=np.uint64) + np.uint64(seed) * np.uint64(n)
+    state = np.zeros((n, backend.state_size))
+    obs = np.zeros((n, backend.obs_size), np.float32)
+    reward = np.zeros(n)
+    flags = [np.zeros(n, np.uint8), np.zeros(n, np.uint8)]
+    actions = [np.ascontiguousarray(_host_actions(backend.action_space, n, seed + k), dtype=np.float64).reshape(n, -1)
+               for k in range(8)]
+    library.autorl_reset(n, seeds.ctypes.data, state.ctypes.data, obs.ctypes.data)
+    address = lambda a: a.ctypes.data  # noqa: E731
+    calls = [(n, address(seeds), address(flags[k % 2]), address(state), address(actions[k % 8]), address(obs),
+              address(reward), address(flags[(k + 1) % 2])) for k in range(8)]
+    stride = np.uint64(n)
+    buffers = (state, obs, reward, flags, actions)  # `calls` holds bare addresses: keep the arrays alive
+
+    def run_once():
+        assert buffers
+        for k in range(chunk):
+            np.add(seeds, stride, out=seeds)
+            library.autorl_step(*calls[k % 8])
+        return chunk * n
+
+    run_once()
+    return Runner(run_once)
+
+
+def _host_actions(space: gym.Space, n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    if isinstance(space, gym.spaces.Discrete):
+        return rng.integers(space.start, space.start + space.n, n)
+    if isinstance(space, gym.spaces.Box):
+        low = np.where(np.isfinite(space.low), space.low, -1.0)
+        high = np.where(np.isfinite(space.high), space.high, 1.0)
+        return rng.uniform(low, high, (n,) + space.shape)
+    raise BackendError(f"bench needs a Discrete or Box action space, got {space}")
+
+
 def jax_backend_sps(spec: str, env_id: str, num_envs: int, seconds: float, seed: int = 0) -> float:
     return measure({"backend": jax_runner(spec, env_id, num_envs, seed)}, seconds, rounds=1)["backend"]
 
@@ -287,14 +333,15 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
 
         spec = choose_backend(env_id, adapter_num_envs, root)
     spec = resolve_spec(spec, env_id, root)
-    vector_backend = spec in ("envpool", "reference")
+    vector_backend, rust = spec in ("envpool", "reference"), is_rust_spec(spec)
     num_envs = num_envs or (DEFAULT_VECTOR_NUM_ENVS if vector_backend else DEFAULT_NUM_ENVS)
-    e2e = None if vector_backend else e2e_shape(Path(root) if root is not None else REPO_ROOT)
+    # train.py trains functional JAX backends end to end; it steps the others from its torch loop
+    e2e = None if vector_backend or rust else e2e_shape(Path(root) if root is not None else REPO_ROOT)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         runners = {
             "backend": vector_runner(make_vec_env(spec, env_id, num_envs, seed), seed) if vector_backend
-            else jax_runner(spec, env_id, num_envs, seed),
+            else rust_runner(spec, env_id, num_envs, seed) if rust else jax_runner(spec, env_id, num_envs, seed),
             "reference": reference_runner(env_id, seed),
             "reference_vec": vector_runner(gym.make_vec(env_id, num_envs=adapter_num_envs, vectorization_mode="sync"), seed),
             "adapter": vector_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root), seed),
@@ -342,10 +389,11 @@ def format_result(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench", description="Steps per second of a backend and its reference.")
     parser.add_argument("--env", required=True)
-    parser.add_argument("--backend", required=True, help="translation file path, jax/translation, envpool, gymnax, reference, or auto "
+    parser.add_argument("--backend", required=True, help="translation file path (.py JAX, .rs Rust), jax/translation, rust, "
+                             "envpool, gymnax, reference, or auto "
                              "(what make_vec_env(backend='auto') would train on here)")
     parser.add_argument("--num-envs", type=int, default=None,
-                        help=f"envs for the backend figure (default {DEFAULT_NUM_ENVS} for JAX backends, "
+                        help=f"envs for the backend figure (default {DEFAULT_NUM_ENVS} for JAX and Rust backends, "
                              f"{DEFAULT_VECTOR_NUM_ENVS} for envpool/reference)")
     parser.add_argument("--adapter-num-envs", type=int, default=None, help="envs for the adapter figure (default: train.py's NUM_ENVS)")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")

@@ -14,7 +14,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from envs_fast.protocol import file_hash, is_file_spec
+from envs_fast.protocol import file_hash, is_file_spec, is_rust_spec, sync_companion
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CACHE_ENV_VAR = "AUTORL_VERIFY_CACHE"
@@ -63,6 +63,9 @@ def _verifier_hash() -> str:
 
 def backend_identity(spec: str, env_id: str) -> str:
     """Content hash for a file spec; the package version for envpool/gymnax/reference."""
+    if is_rust_spec(spec):  # the translation and its state-sync companion decide the verdict together
+        companion = sync_companion(spec)
+        return "file:" + file_hash(spec) + (":" + file_hash(companion) if companion.is_file() else "")
     if is_file_spec(spec):
         return "file:" + file_hash(spec)
     package = {"reference": "gymnasium"}.get(spec, spec)

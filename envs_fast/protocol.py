@@ -116,6 +116,13 @@ def is_rust_spec(spec: str) -> bool:
     return str(spec).endswith(RUST_SUFFIX)
 
 
+def sync_companion(rust_path: str | Path) -> Path:
+    """The Python file next to a Rust translation that syncs its state with the reference:
+    `envs_fast/<slug>.rs` -> `envs_fast/<slug>_sync.py`."""
+    path = Path(rust_path)
+    return path.with_name(path.stem + "_sync.py")
+
+
 # A `protocol_problems` entry starting with this is reported as L1's "step signature" check (the
 # prefix stripped); every other entry goes to "shapes and dtypes".
 SIGNATURE_PROBLEM = "step signature: "

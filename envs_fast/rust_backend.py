@@ -54,7 +54,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from envs_fast.cache import cache_dir
-from envs_fast.protocol import SIGNATURE_PROBLEM, BackendError, BuildError, check_env_id, file_hash, slug, space_leaves
+from envs_fast.protocol import (SIGNATURE_PROBLEM, BackendError, BuildError, check_env_id, file_hash, slug, space_leaves,
+                                sync_companion)
 
 ABI_VERSION = 1
 # No -C target-cpu=native: a library cached (and shared between checkouts) must run on any host.
@@ -62,7 +63,6 @@ RUSTC_FLAGS = ("-O", "--edition", "2021", "--crate-type", "cdylib", "-C", "strip
 BUILD_TIMEOUT = 600  # seconds
 ERROR_LINES = 60  # of rustc's stderr in a BuildError
 NO_RUSTC = "rustc not found on PATH: Rust backends need the Rust toolchain (rustup.rs)"
-SYNC_SUFFIX = "_sync.py"
 
 _p = ctypes.c_void_p
 _ABI_SIGNATURES = {  # name: (restype, argtypes)
@@ -177,7 +177,7 @@ def load_rust(path: str | Path, env_id: str | None = None) -> "RustBackend":
 
 def _load_companion(path: Path):
     """The `<stem>_sync.py` module next to `path`, imported under a fresh name, or None."""
-    companion = path.with_name(path.stem + SYNC_SUFFIX)
+    companion = sync_companion(path)
     if not companion.is_file():
         return None
     module_name = f"_envs_fast_rust_sync_{slug(path.stem)}_{uuid.uuid4().hex[:8]}"

@@ -244,3 +244,64 @@ def test_adapter_reset_seed_repeats_trajectories(backends, env_id):
     assert all(np.array_equal(a, b) for a, b in zip(first, second))
     other = trajectory(RustVectorEnv(backends[env_id], 8), 6)
     assert not all(np.array_equal(a, b) for a, b in zip(first, other))
+
+
+# ---------------------------------------------------------------- verify and bench, as the user runs them
+
+def _orchestrator(*args: str, cwd: Path) -> "subprocess.CompletedProcess":
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(ENVS_FAST.parent))
+    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.parametrize("env_id", sorted(EXAMPLES))
+def test_verify_passes_the_shipped_rust_translations_at_l1_to_l3(env_id):
+    proc = _orchestrator("verify", "--env", env_id, "--backend", f"envs_fast/{EXAMPLES[env_id].name}",
+                         cwd=ENVS_FAST.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "L1 properties: PASS" in proc.stdout and "L2 interactions: PASS" in proc.stdout
+    assert "L3 rollouts: PASS" in proc.stdout and "state sync round trip" in proc.stdout
+
+
+@pytest.mark.parametrize("env_id, change, field", [
+    ("CartPole-v1", ("const GRAVITY: f64 = 9.8;", "const GRAVITY: f64 = 9.81;"), "theta_dot"),    # a constant
+    ("CartPole-v1", ("const X_THRESHOLD: f64 = 2.4;", "const X_THRESHOLD: f64 = 2.5;"), "terminated"),  # a boundary
+    ("Acrobot-v1", ("const LINK_MASS_2: f64 = 1.0;", "const LINK_MASS_2: f64 = 1.1;"), "dtheta"),
+    ("Acrobot-v1", ("const MAX_VEL_1: f64 = 4.0 * PI;", "const MAX_VEL_1: f64 = 3.0 * PI;"), "dtheta1"),
+])
+def test_verify_fails_a_changed_constant_or_boundary_naming_level_field_and_state(tmp_path, env_id, change, field):
+    source = copy_example(env_id, tmp_path, replace=change)
+    proc = _orchestrator("verify", "--env", env_id, "--backend", str(source), "--levels", "1,2",
+                         cwd=ENVS_FAST.parent)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "L2 interactions: FAIL" in proc.stdout
+    failure = proc.stdout.split("L2 interactions: FAIL", 1)[1]
+    first = failure.split("first failure", 1)[1]
+    assert "    state: ." in first and "differing fields" in first, failure[:3000]
+    assert field in first.split("differing fields", 1)[1], failure[:3000]
+
+
+def test_a_compile_error_is_a_failed_verification_showing_rustc(tmp_path):
+    source = copy_example("CartPole-v1", tmp_path, replace=("let terminated = x < -X_THRESHOLD", "let terminated = x < -X_THRESHLD"))
+    proc = _orchestrator("verify", "--env", "CartPole-v1", "--backend", str(source), cwd=ENVS_FAST.parent)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "[FAIL] builds" in proc.stdout and "error[E0425]" in proc.stdout and "X_THRESHLD" in proc.stdout
+
+
+def test_bench_json_reports_the_rust_figures(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = _orchestrator("bench", "--env", "CartPole-v1", "--backend", "envs_fast/cartpole_v1.rs", "--num-envs", "4096",
+                         "--seconds", "0.4", "--json", str(out), cwd=ENVS_FAST.parent)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    import json
+
+    result = json.loads(out.read_text())
+    assert result["backend"] == "envs_fast/cartpole_v1.rs" and result["train_path"] == "host"
+    for name in ("backend_sps", "reference_sps", "adapter_sps", "train_sps"):
+        assert result[name] > 0, name
+    assert result["ratio"] == pytest.approx(result["backend_sps"] / result["reference_sps"])
+    assert result["train_sps"] == result["adapter_sps"] and result["e2e_sps"] is None
