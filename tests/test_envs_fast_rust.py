@@ -1,6 +1,10 @@
 """The Rust backend kind (envs_fast/rust_backend.py): building and its cache, the ABI checks, the
 two worked examples against gymnasium step by step, and the VectorEnv adapter's semantics."""
+import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import gymnasium as gym
@@ -248,11 +252,7 @@ def test_adapter_reset_seed_repeats_trajectories(backends, env_id):
 
 # ---------------------------------------------------------------- verify and bench, as the user runs them
 
-def _orchestrator(*args: str, cwd: Path) -> "subprocess.CompletedProcess":
-    import os
-    import subprocess
-    import sys
-
+def _orchestrator(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ENVS_FAST.parent))
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=600)
@@ -297,8 +297,6 @@ def test_bench_json_reports_the_rust_figures(tmp_path):
     proc = _orchestrator("bench", "--env", "CartPole-v1", "--backend", "envs_fast/cartpole_v1.rs", "--num-envs", "4096",
                          "--seconds", "0.4", "--json", str(out), cwd=ENVS_FAST.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    import json
-
     result = json.loads(out.read_text())
     assert result["backend"] == "envs_fast/cartpole_v1.rs" and result["train_path"] == "host"
     for name in ("backend_sps", "reference_sps", "adapter_sps", "train_sps"):
