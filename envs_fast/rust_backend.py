@@ -63,6 +63,9 @@ RUSTC_FLAGS = ("-O", "--edition", "2021", "--crate-type", "cdylib", "-C", "strip
 BUILD_TIMEOUT = 600  # seconds
 ERROR_LINES = 60  # of rustc's stderr in a BuildError
 NO_RUSTC = "rustc not found on PATH: Rust backends need the Rust toolchain (rustup.rs)"
+# The compiler to use. The daemon sets it for the processes it walls in: their $HOME is empty, so
+# rustup's proxy (~/.cargo/bin/rustc) is gone, but the toolchain's own binary still runs.
+RUSTC_ENV = "AUTORL_RUSTC"
 
 _p = ctypes.c_void_p
 _ABI_SIGNATURES = {  # name: (restype, argtypes)
@@ -79,13 +82,36 @@ _ABI_SIGNATURES = {  # name: (restype, argtypes)
 
 # ---------------------------------------------------------------- building
 
+def rustc_path() -> str | None:
+    """$AUTORL_RUSTC when it names a file, else the rustc on PATH, else None."""
+    configured = os.environ.get(RUSTC_ENV)
+    if configured and os.path.isfile(configured):
+        return configured
+    return shutil.which("rustc")
+
+
 def rustc_available() -> bool:
-    return shutil.which("rustc") is not None
+    return rustc_path() is not None
+
+
+def toolchain() -> tuple[Path, Path] | None:
+    """(the toolchain's own rustc binary, its sysroot): what a walled-in process must be shown and
+    told ($AUTORL_RUSTC) to build Rust backends. None without rustc."""
+    rustc = rustc_path()
+    if rustc is None:
+        return None
+    try:
+        sysroot = Path(subprocess.run([rustc, "--print", "sysroot"], capture_output=True, text=True,
+                                      check=True, timeout=60).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return None
+    binary = sysroot / "bin" / "rustc"
+    return (binary if binary.is_file() else Path(rustc)), sysroot
 
 
 def rustc_version() -> str:
-    """`rustc --version` of the rustc on PATH, e.g. "rustc 1.95.0 (59807616e 2026-04-14)"."""
-    rustc = shutil.which("rustc")
+    """`rustc --version` of the rustc in use, e.g. "rustc 1.95.0 (59807616e 2026-04-14)"."""
+    rustc = rustc_path()
     if rustc is None:
         raise BackendError(NO_RUSTC)
     return _version_of(rustc)
@@ -112,17 +138,32 @@ def build(path: str | Path) -> Path:
     if not path.is_file():
         raise BackendError(f"Rust source {str(path)!r} does not exist")
     source = path.read_bytes()
+    if not rustc_available():  # a library built earlier from the same source still loads
+        built = sorted(cache_dir().glob(f"rust/{hashlib.sha256(source).hexdigest()[:16]}-*/lib{slug(path.stem)}.so"),
+                       key=lambda p: p.stat().st_mtime)
+        if built:
+            return built[-1]
+        raise BackendError(NO_RUSTC)
     target = library_path(path)
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        writable = os.access(target.parent, os.W_OK)
+    except OSError:
+        writable = False
+    if not writable:  # a training process reads the run's cache but may not write it: build privately
+        target = Path(tempfile.gettempdir()) / "autorl-rust" / target.parent.name / target.name
+        if target.is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
     # Compile a copy of exactly the hashed bytes in a private directory, then move the library in
     # atomically: concurrent builders never see (or load) half a library.
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as scratch:
         copy = Path(scratch) / path.name
         copy.write_bytes(source)
         output = Path(scratch) / target.name
-        command = [shutil.which("rustc") or "rustc", *RUSTC_FLAGS, "--crate-name", f"autorl_{slug(path.stem)}",
+        command = [rustc_path() or "rustc", *RUSTC_FLAGS, "--crate-name", f"autorl_{slug(path.stem)}",
                    "-o", str(output), str(copy)]
         try:
             result = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT)

@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 
 import git
+import pytest
 
 from tests.conftest import AUTORL_ROOT, FAST, read_results, run_daemon, tiny_train_py, write_replay
 
@@ -120,3 +122,57 @@ def test_default_phases_follow_the_agent():
     assert _schedule(Options(phases="train"), "anthropic") == ["train"]
     assert _schedule(Options(phases="translate,train", schedule="translate:2,train:1"), "optuna") == \
         ["translate", "translate", "train"]
+
+
+RUST_CARTPOLE = AUTORL_ROOT / "envs_fast" / "cartpole_v1.rs"
+
+
+@pytest.mark.skipif(shutil.which("rustc") is None, reason="rustc not found on PATH")
+def test_buggy_rust_translation_is_repaired_kept_and_rebaselined(autorl_repo, tmp_path):
+    repo = autorl_repo(train_py=small_real_train_py())
+    checkout = git.Repo(repo)  # a checkout without the shipped Rust CartPole: the agent writes it
+    checkout.index.remove(["envs_fast/cartpole_v1.rs", "envs_fast/cartpole_v1_sync.py"], working_tree=True)
+    checkout.index.commit("no Rust CartPole yet")
+    correct = RUST_CARTPOLE.read_text()
+    buggy = correct.replace("const X_THRESHOLD: f64 = 2.4;", "const X_THRESHOLD: f64 = 2.5;")  # a boundary
+    assert buggy != correct
+    rust_path, sync_path = "envs_fast/cartpole_v1.rs", "envs_fast/cartpole_v1_sync.py"
+    sync = (AUTORL_ROOT / sync_path).read_text()
+    replay = write_replay(tmp_path / "replay", {1: {rust_path: buggy, sync_path: sync, "DESCRIPTION": "CartPole in Rust"}})
+    write_replay(replay, {1: {}})
+    (replay / "001.r1" / "envs_fast").mkdir(parents=True)
+    (replay / "001.r1" / rust_path).write_text(correct)
+    (replay / "001.r1" / "DESCRIPTION").write_text("the cart's bound is 2.4")
+
+    proc = run_daemon(repo, "run", "--env", "CartPole-v1", "--tag", "r", "--agent", "replay", "--replay-dir",
+                      str(replay), "--budget", "4", "--translate-lang", "rust", *FAST, "--grace", "30", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = read_results(repo, "r")
+    assert list(rows.status) == ["baseline", "baseline", "keep", "baseline"], rows
+    assert list(rows.phase) == ["train", "train", "translate", "train"]
+    assert "after 1 repair round" in rows.iloc[2].description
+
+    run_dir = repo / "results" / "r"
+    first = (run_dir / "exp-0001" / "verify.r0.log").read_text()
+    assert "L2 interactions: FAIL" in first and "terminated" in first.split("differing fields", 1)[1]
+    assert "L2 interactions: PASS" in (run_dir / "exp-0001" / "verify.r1.log").read_text()
+    record = json.loads((run_dir / "exp-0001" / "translate.json").read_text())
+    assert record["spec"] == rust_path and record["speedup"] > 1
+    branch = git.Repo(repo).commit("autorl/r")
+    assert branch.tree[rust_path].data_stream.read().decode() == correct
+    # The re-baseline trained on the Rust backend, stepped from train.py's torch loop.
+    rebaseline_log = (run_dir / "exp-0002" / "train.log").read_text()
+    assert "path: host" in rebaseline_log and "cartpole_v1.rs\n" in rebaseline_log.split("backend: ")[-1]
+
+
+def test_translate_lang_rust_without_rustc_is_refused_in_one_line(autorl_repo, tmp_path):
+    repo = autorl_repo(train_py=tiny_train_py())
+    bin_dir = tmp_path / "bin"  # PATH with python and git but no rustc
+    bin_dir.mkdir()
+    for tool in ("git",):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    proc = run_daemon(repo, "run", "--env", "CartPole-v1", "--tag", "n", "--agent", "replay", "--replay-dir",
+                      str(tmp_path), "--translate-lang", "rust", *FAST, env={"PATH": str(bin_dir), "AUTORL_RUSTC": ""})
+    assert proc.returncode != 0
+    assert "rustc is not on PATH" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (repo / "results" / "n").exists()

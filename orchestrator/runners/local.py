@@ -27,6 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Optional
 
+from envs_fast.rust_backend import RUSTC_ENV, toolchain as rust_toolchain
+
 from .. import processes
 from ..artifacts import TRAIN_SCRIPT, find_policy, log_tail, number_arg, parse_summary, train_env
 from ..daemon import log, progress
@@ -52,6 +54,7 @@ class LocalRunner:
         self.sandbox = sandbox or Sandbox(settings.sandbox)
         self.hidden = [workspace.main_root, workspace.path, settings.harness.parent]
         settings.verify_cache.mkdir(parents=True, exist_ok=True)
+        self.rust = rust_toolchain()  # shown to walled-in processes so that Rust backends build and load
 
     # ------------------------------------------------------------ pieces
     def _scratch(self, name: str) -> Path:
@@ -77,11 +80,14 @@ class LocalRunner:
             marker=marker)
 
     def _walls(self, cwd: Path, read_only: list[Path], writable: list[Path]) -> Walls:
-        return Walls(cwd=cwd, read_only=read_only, writable=writable, hidden=self.hidden)
+        toolchain = [self.rust[1]] if self.rust else []
+        return Walls(cwd=cwd, read_only=read_only + toolchain, writable=writable, hidden=self.hidden)
 
-    @staticmethod
-    def _backend_env(cache: Path) -> dict:
-        return {"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+    def _backend_env(self, cache: Path) -> dict:
+        env = {"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+        if self.rust:
+            env[RUSTC_ENV] = str(self.rust[0])
+        return env
 
     # ------------------------------------------------------------ measure
     def measure(self, slot: Slot, commit: str, seed: int) -> Measurement:
@@ -195,6 +201,9 @@ class LocalRunner:
             shutil.copyfile(cache / name, self.settings.verify_cache / name)
         else:
             log.warning("no %s record for %s in the scratch cache", kind, spec)
+        if (cache / "rust").is_dir():  # the libraries built there: training loads them (it cannot write the cache)
+            shutil.copytree(cache / "rust", self.settings.verify_cache / "rust", dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns(".build-*"))
 
     def verify(self, slot: Slot, commit: str, backend: str, round_: int) -> VerifyOutcome:
         s, folder = self.settings, slot.folder
@@ -225,7 +234,7 @@ class LocalRunner:
         try:
             if result.returncode == 0 and data:
                 measured = data.get("backend", spec)
-                if measured.endswith(".py") and not Path(measured).is_absolute():
+                if measured.endswith((".py", ".rs")) and not Path(measured).is_absolute():
                     measured = str(source / measured)  # records are keyed by content, found from here
                 self._merge(cache, "bench", measured)
         finally:
