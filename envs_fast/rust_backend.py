@@ -50,10 +50,9 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
 
 from envs_fast.cache import cache_dir
+from envs_fast.adapter import TranslationVectorEnv
 from envs_fast.protocol import (SIGNATURE_PROBLEM, BackendError, BuildError, check_env_id, file_hash, slug, space_leaves,
                                 sync_companion)
 
@@ -138,12 +137,6 @@ def build(path: str | Path) -> Path:
     if not path.is_file():
         raise BackendError(f"Rust source {str(path)!r} does not exist")
     source = path.read_bytes()
-    if not rustc_available():  # a library built earlier from the same source still loads
-        built = sorted(cache_dir().glob(f"rust/{hashlib.sha256(source).hexdigest()[:16]}-*/lib{slug(path.stem)}.so"),
-                       key=lambda p: p.stat().st_mtime)
-        if built:
-            return built[-1]
-        raise BackendError(NO_RUSTC)
     target = library_path(path)
     if target.is_file():
         return target
@@ -435,7 +428,7 @@ def _stream_start(seed: int) -> int:
     return (int(seed) * _STREAM_MULTIPLIER + 1) % 2**64
 
 
-class RustVectorEnv(VectorEnv):
+class RustVectorEnv(TranslationVectorEnv):
     """A Rust translation as a gymnasium VectorEnv, with the semantics of `vector.JaxVectorEnv`:
     NEXT_STEP autoreset (the step after an episode ends returns the reset observation, reward 0,
     both flags False), truncation at the registered spec's max_episode_steps, the reference's spaces.
@@ -444,21 +437,8 @@ class RustVectorEnv(VectorEnv):
     the cost: buffers are preallocated, their addresses passed as cached ints, and a step is one C
     call plus a few in-place numpy ops. Returned arrays are fresh (never overwritten later)."""
 
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
-
     def __init__(self, backend: RustBackend, num_envs: int, seed: int | None = None):
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.backend = backend
-        self.env_id = backend.env_id
-        self.num_envs = num_envs
-        self.single_observation_space = backend.observation_space
-        self.single_action_space = backend.action_space
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.action_space = batch_space(self.single_action_space, num_envs)
-        self.max_episode_steps = check_env_id(self.env_id).max_episode_steps
-        self.render_mode = None
-        self.spec = None
+        super().__init__(backend, num_envs)
         n = num_envs
         self._limit = self.max_episode_steps if self.max_episode_steps is not None else np.iinfo(np.int64).max
         self._seeds = np.zeros(n, np.uint64)  # per-env seeds of the next C call: a stream advanced by n per call

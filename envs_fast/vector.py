@@ -12,22 +12,8 @@ import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
-
-from envs_fast.protocol import FunctionalBackend, check_env_id
-
-
-def reference_spaces(env_id: str) -> tuple[gym.Space, gym.Space]:
-    env = gym.make(env_id)
-    try:
-        return env.observation_space, env.action_space
-    finally:
-        env.close()
-
-
-def max_episode_steps(env_id: str) -> int | None:
-    return check_env_id(env_id).max_episode_steps
+from envs_fast.adapter import TranslationVectorEnv, max_episode_steps, reference_spaces  # noqa: F401 (importers use them from here)
+from envs_fast.protocol import FunctionalBackend
 
 
 def _select(mask, when_true, when_false):
@@ -119,21 +105,9 @@ def _to_numpy(tree, space: gym.Space):
     return np.asarray(tree).astype(space.dtype, copy=False).reshape(space.shape)
 
 
-class JaxVectorEnv(VectorEnv):
-    metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
-
+class JaxVectorEnv(TranslationVectorEnv):
     def __init__(self, backend: FunctionalBackend, num_envs: int, seed: int | None = None):
-        if num_envs < 1:
-            raise ValueError(f"num_envs must be >= 1, got {num_envs}")
-        self.backend = backend
-        self.env_id = backend.env_id
-        self.num_envs = num_envs
-        self.single_observation_space, self.single_action_space = reference_spaces(backend.env_id)
-        self.observation_space = batch_space(self.single_observation_space, num_envs)
-        self.action_space = batch_space(self.single_action_space, num_envs)
-        self.max_episode_steps = max_episode_steps(backend.env_id)
-        self.render_mode = None
-        self.spec = None
+        super().__init__(backend, num_envs)
         reset_fn, step_fn = make_batched_functions(backend, self.max_episode_steps)
         self._reset_fn = jax.jit(reset_fn)
 
