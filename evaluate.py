@@ -9,10 +9,17 @@ produces the score. The daemon runs a hashed copy of this file in a fresh proces
 The last line of stdout (and --out) is one JSON object: mean, std, se, iqm, min, max,
 episodes, returns, lengths, ... It exits non-zero with a one-line reason on a missing or
 unreadable artifact, a wrong output shape, NaN actions or an unknown env id.
+
+`module:Class` ids (a created environment, `envs.<name>.env:Env`) are imported from the repository
+root: $AUTORL_ENV_ROOT when the daemon names one (the commit's snapshot), else the directory
+holding this file. With $AUTORL_ENV_SHA256 set, the env's folder must still have that content
+hash (the environment is frozen during a search), else it exits 3 with one line saying so.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
+import importlib
 import json
 import math
 import os
@@ -38,10 +45,17 @@ NUM_EVAL_EPISODES = 100
 MAX_EPISODE_STEPS = 10_000
 
 POLICY_SUFFIXES = (".pt", ".pt2")
+ENV_ROOT_VARIABLE = "AUTORL_ENV_ROOT"      # where `module:Class` ids are imported from
+ENV_SHA256_VARIABLE = "AUTORL_ENV_SHA256"  # the frozen content hash of that module's folder
+ENV_CHANGED_EXIT = 3
 
 
 class HarnessError(Exception):
     """A bad artifact, env id or policy output: the message is the one-line reason."""
+
+
+class EnvChanged(HarnessError):
+    """The env's folder is not the one the run started with."""
 
 
 # ---------------------------------------------------------------- environments
@@ -56,11 +70,10 @@ def _check_supported_spaces(env: gym.Env, env_id: str) -> None:
 def make_env(env_id: str = ENV_ID, seed: int | None = None) -> gym.Env:
     """The reference gymnasium env, its episodes capped at MAX_EPISODE_STEPS if unlimited.
 
-    `module:EnvName-v0` ids import `module` first (gymnasium's own syntax)."""
-    if ":" in env_id and os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())  # so `candidate.env:MyEnv-v0` resolves from the checkout
+    `module:EnvName-v0` ids import `module` first (gymnasium's own syntax), `module:Class` ids
+    make that gymnasium.Env subclass; the module is imported from `repository_root()`."""
     try:
-        env = gym.make(env_id)
+        env = gym.make(_make_argument(env_id))
     except (gym.error.Error, ModuleNotFoundError, ImportError) as exc:
         raise HarnessError(f"unknown env id {env_id!r}: {exc}") from None
     if env.spec is None or env.spec.max_episode_steps is None:
@@ -70,6 +83,53 @@ def make_env(env_id: str = ENV_ID, seed: int | None = None) -> gym.Env:
         env.reset(seed=seed)
         env.action_space.seed(seed)
     return env
+
+
+def repository_root() -> Path:
+    """Where `module:...` ids are imported from: the root the daemon names, else this file's directory."""
+    return Path(os.environ.get(ENV_ROOT_VARIABLE) or Path(__file__).resolve().parent)
+
+
+def _make_argument(env_id: str):
+    """What gym.make gets: the id, or for `module:Class` (a class, not a registered id) a spec of it."""
+    if ":" not in env_id:
+        return env_id
+    root = str(repository_root())
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    module_name, _, attribute = env_id.partition(":")
+    candidate = getattr(importlib.import_module(module_name), attribute, None)
+    if isinstance(candidate, type) and issubclass(candidate, gym.Env):
+        return gym.envs.registration.EnvSpec(id=env_id, entry_point=candidate)
+    return env_id
+
+
+def env_folder_sha256(folder: Path) -> str:
+    """The content hash of an env folder (the same as orchestrator/envfolder.py's): sha256 over its
+    files in sorted order of relative path, each as path, NUL, size, NUL, bytes; __pycache__ ignored."""
+    digest = hashlib.sha256()
+    files = sorted((p.relative_to(folder).as_posix(), p) for p in folder.rglob("*")
+                   if p.is_file() and "__pycache__" not in p.relative_to(folder).parts)
+    for relative, path in files:
+        data = path.read_bytes()
+        digest.update(f"{relative}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def check_env_frozen(env_id: str) -> None:
+    """With $AUTORL_ENV_SHA256 set, refuse when the folder of `module:...`'s module changed."""
+    expected = os.environ.get(ENV_SHA256_VARIABLE)
+    if not expected:
+        return
+    package = env_id.partition(":")[0].split(".")[:-1]
+    if ":" not in env_id or not package:
+        raise HarnessError(f"{ENV_SHA256_VARIABLE} is set but {env_id!r} is not `package.module:Class`")
+    folder = repository_root().joinpath(*package)
+    actual = env_folder_sha256(folder) if folder.is_dir() else "(missing)"
+    if actual != expected:
+        raise EnvChanged(f"{'/'.join(package)}/ changed since the run started (sha256 {actual[:12]}, expected "
+                         f"{expected[:12]}): the environment is frozen during a search")
 
 
 def make_vec_env(env_id: str = ENV_ID, num_envs: int = 8, seed: int = 0, backend: str = "auto"):
@@ -322,10 +382,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     args = parser.parse_args(argv)
     try:
+        check_env_frozen(args.env)
         result = evaluate_policy(args.policy, args.env, args.episodes, args.seed, workers=args.workers)
     except HarnessError as exc:
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
-        return 1
+        return ENV_CHANGED_EXIT if isinstance(exc, EnvChanged) else 1
     line = json.dumps(result)
     if args.out:
         Path(args.out).write_text(line + "\n")

@@ -56,6 +56,9 @@ class RunConfig:
     translate_lang: str = "auto"          # jax / rust / auto (the agent chooses; JAX only without rustc)
     verify_timeout_s: float = 1800.0
     bench_seconds: float = 2.0
+    # a created environment (envs/<name>/): frozen during the run, checked by the harness
+    env_folder: Optional[str] = None
+    env_sha256: Optional[str] = None
 
     @classmethod
     def load(cls, path: Path) -> "RunConfig":

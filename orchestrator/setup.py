@@ -19,6 +19,7 @@ from .artifacts import TRAIN_SCRIPT
 from .config import Options, RunConfig, RunError, check_tag, default_tag
 from .daemon import LockHeld, RunLock, StopControl, log, progress, setup_logging
 from .disk import NIGHT_OF_CAPS, free_mb
+from .envfolder import content_sha256, env_folder
 from .inflight import InFlight
 from .loop import Run
 from .phases import parse_schedule, translate_languages
@@ -36,6 +37,22 @@ def default_agent(environ: dict) -> tuple[str, str]:
     if environ.get("ANTHROPIC_API_KEY"):
         return "anthropic", "ANTHROPIC_API_KEY is set"
     return "optuna", "ANTHROPIC_API_KEY is not set, so the offline Optuna agent tunes hyperparameters"
+
+
+def check_created_env(options: Options, workspace: Workspace, from_ref: Optional[str] = None) -> None:
+    """A created environment (`envs.<name>.env:Env`) must be in the commit the run starts from."""
+    folder = env_folder(options.env_id)
+    if folder is None:
+        return
+    if (options.runner or "local") == "modal":
+        raise RunError(f"--runner modal cannot score a created environment ({folder}/) yet: run it locally")
+    commit = workspace.start_commit(from_ref)
+    try:
+        workspace.main.commit(commit).tree / folder
+    except KeyError:
+        name = folder.split("/", 1)[1]
+        raise RunError(f"{folder}/ is not in commit {commit[:7]}: create it first (python -m orchestrator create "
+                       f"--name {name} --describe TEXT) or commit it") from None
 
 
 def check_env_id(env_id: str) -> None:
@@ -68,7 +85,8 @@ def runner_settings(config: RunConfig, folder: RunFolder) -> RunnerSettings:
         eval_episodes=config.eval_episodes, eval_seed=config.eval_seed, eval_timeout_s=config.eval_timeout_s,
         eval_workers=config.eval_workers, harness=folder.harness, harness_sha256=config.harness_sha256,
         verify_cache=folder.verify_cache, verify_timeout_s=config.verify_timeout_s,
-        bench_seconds=config.bench_seconds, max_output_mb=config.max_output_mb, sandbox=config.sandbox)
+        bench_seconds=config.bench_seconds, max_output_mb=config.max_output_mb, sandbox=config.sandbox,
+        env_folder=config.env_folder, env_sha256=config.env_sha256)
 
 
 def make_runner(config: RunConfig, folder: RunFolder, workspace: Workspace, stop: StopControl, journal: InFlight,
@@ -238,6 +256,7 @@ def schedule_for(options: Options, agent_name: Optional[str] = None) -> list[str
 
 def _check_new_run(options: Options, root: Path, workspace: Workspace, from_ref: Optional[str] = None) -> None:
     check_env_id(options.env_id)
+    check_created_env(options, workspace, from_ref)
     if not (root / HARNESS).is_file():
         raise RunError(f"{root / HARNESS} is missing: the trusted harness is needed to score experiments")
     if from_ref is None:
@@ -262,6 +281,10 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
     base = workspace.create(from_ref)
     if from_ref is not None:
         log.info("the run starts from %s (%s)", from_ref, base[:7])
+    frozen = env_folder(options.env_id)
+    env_sha256 = content_sha256(workspace.path / frozen) if frozen else None
+    if frozen:
+        log.info("%s/ is frozen for this run (sha256 %s): scoring refuses any other content", frozen, env_sha256[:12])
     harness_bytes = (root / HARNESS).read_bytes()
     folder.harness.write_bytes(harness_bytes)
     config = RunConfig(
@@ -279,7 +302,7 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
         max_output_mb=options.max_output_mb if options.max_output_mb is not None else 1024.0,
         repair_rounds=options.repair_rounds, target_speedup=options.target_speedup,
         translate_patience=options.translate_patience, translate_lang=options.translate_lang or "auto",
-        bench_seconds=options.bench_seconds)
+        bench_seconds=options.bench_seconds, env_folder=frozen, env_sha256=env_sha256)
     config.save(folder.config)
     ResultsFile(folder.results).create()
     return config, harness_bytes

@@ -142,16 +142,28 @@ class Workspace:
         self.main.archive(buffer, commit, format="tar.gz")
         return buffer.getvalue()
 
-    def extract(self, commit: str, dest: Path) -> Path:
-        """A snapshot of the commit's files in `dest` (which must not exist yet)."""
+    def extract(self, commit: str, dest: Path, paths: Optional[list[str]] = None) -> Path:
+        """A snapshot of the commit's files (only those under `paths`, when given) in `dest` (which must
+        not exist yet). Paths the commit lacks extract nothing."""
         buffer = io.BytesIO()
-        self.main.archive(buffer, commit, format="tar")
+        present = [p for p in paths or [] if self.has_path(commit, p)]
+        if paths is not None and not present:
+            Path(dest).mkdir(parents=True)
+            return Path(dest)
+        self.main.archive(buffer, commit, format="tar", **({"path": present} if present else {}))
         buffer.seek(0)
         dest = Path(dest)
         dest.mkdir(parents=True)
         with tarfile.open(fileobj=buffer) as tar:
             tar.extractall(dest, filter="data")
         return dest
+
+    def has_path(self, commit: str, path: str) -> bool:
+        try:
+            self.main.commit(commit).tree / path
+            return True
+        except KeyError:
+            return False
 
     def keep_ref(self, exp: int, commit: str) -> None:
         self.repo.git.update_ref(discard_ref(self.tag, exp), commit)
@@ -175,9 +187,53 @@ class Workspace:
         if repo.head.is_detached or repo.active_branch.name != self.branch:
             repo.git.checkout("-f", "-q", self.branch)
 
+    def changed_between(self, base: str, commit: str) -> list[str]:
+        """Every path `commit` changes relative to `base` (added, modified, deleted)."""
+        names = self.repo.git.diff("--name-only", "--no-renames", "-z", base, commit)
+        return sorted(n for n in names.split("\0") if n)
+
+    def remove(self) -> None:
+        """The worktree and its branch, gone (the commits stay reachable only through other refs)."""
+        if self.path.exists():
+            self.main.git.worktree("remove", "--force", str(self.path))
+        self.main.git.worktree("prune")
+        if self.branch in [h.name for h in self.main.heads]:
+            self.main.git.branch("-D", self.branch)
+
+    # ------------------------------------------------------------ the user's checkout
+    def dirty_paths(self) -> list[str]:
+        """Tracked files of the checkout with uncommitted (staged or unstaged) changes."""
+        status = self.main.git.status("--porcelain", "--untracked-files=no")
+        return [line[3:] for line in status.splitlines() if line.strip()]
+
+    def land(self, base: str, commit: str, message: str, fallback_ref: str) -> str:
+        """One commit holding `commit`'s tree on top of `base`, fast-forwarded onto the checkout's
+        current branch (which must still be at `base`), so its files appear in the checkout. When it
+        cannot land, the commit is kept under `fallback_ref` and WorkspaceError says why."""
+        tree = self.main.commit(commit).tree.hexsha
+        with self.main.git.custom_environment(**AUTHOR_ENV):
+            landed = self.main.git.commit_tree(tree, "-p", base, "-m", message)
+        problem = None
+        if self.main.head.is_detached or self.main.head.commit.hexsha != base:
+            problem = f"the checkout moved on from {base[:7]} meanwhile"
+        else:
+            try:
+                self.main.git.merge("--ff-only", "-q", landed)
+            except git.GitCommandError as exc:
+                problem = f"git merge --ff-only refused: {_last_line(exc.stderr)}"
+        if problem:
+            self.main.git.update_ref(fallback_ref, landed)
+            raise WorkspaceError(f"{problem}; the commit is kept as {fallback_ref} (git merge it)")
+        return landed
+
     def refs(self) -> dict[str, str]:
         out = self.repo.git.for_each_ref("--format=%(refname) %(objectname)", f"refs/autorl/{self.tag}/")
         return dict(line.split(" ", 1) for line in out.splitlines() if line)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in str(text or "").splitlines() if line.strip()]
+    return lines[-1] if lines else "(no message)"
 
 
 # ---------------------------------------------------------------- checks of a proposal

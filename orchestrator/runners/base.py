@@ -43,6 +43,8 @@ class RunnerSettings:
     bench_seconds: float = 2.0
     max_output_mb: float = 1024.0
     sandbox: str = "auto"
+    env_folder: Optional[str] = None   # envs/<name> of a created environment, else None
+    env_sha256: Optional[str] = None   # its content hash at setup: the harness refuses any other
 
 
 @dataclass

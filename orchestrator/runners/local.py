@@ -119,7 +119,7 @@ class LocalRunner:
             return m
         log.info("%s: trained (%s env steps, %s sps); evaluating with the trusted harness", slot.label,
                  m.env_steps, m.sps)
-        evaluation = self.evaluate(slot, train.policy)
+        evaluation = self.evaluate(slot, train.policy, commit)
         m = add_evaluation(m, evaluation, folder)
         prune(folder)
         if m.score is not None:
@@ -127,9 +127,10 @@ class LocalRunner:
                      evaluation.result.get("se", float("nan")), evaluation.result.get("episodes", 0))
         return m
 
-    def evaluate(self, slot: Slot, policy: Path) -> EvalOutcome:
+    def evaluate(self, slot: Slot, policy: Path, commit: Optional[str] = None) -> EvalOutcome:
         """Score `policy` with the run's copy of evaluate.py (hash checked first) in a fresh process
-        that imports nothing of the candidate's and sees only the harness copy and the artifact."""
+        that imports nothing of the candidate's and sees only the harness copy and the artifact (and,
+        for a created environment, `commit`'s envs/<name>/, whose frozen hash the harness checks)."""
         s, folder = self.settings, slot.folder
         if hashlib.sha256(s.harness.read_bytes()).hexdigest() != s.harness_sha256:
             log.error("%s does not match the hash recorded at setup; restoring it from the copy verified at "
@@ -146,6 +147,9 @@ class LocalRunner:
         scratch = self._scratch(f"{folder.path.name}-eval")
         out_json = scratch / folder.eval_json.name
         try:
+            if s.env_folder and commit:
+                env["AUTORL_ENV_ROOT"] = str(self.workspace.extract(commit, scratch / "env-root", [s.env_folder]))
+                env["AUTORL_ENV_SHA256"] = s.env_sha256 or ""
             cmd = [sys.executable, str(s.harness), "--policy", str(policy), "--env", s.env_id,
                    "--episodes", str(s.eval_episodes), "--seed", str(s.eval_seed), "--out", str(out_json)]
             proc = self._spawn(slot, "eval", cmd, scratch, env, folder.eval_log, s.eval_timeout_s,
@@ -162,7 +166,9 @@ class LocalRunner:
                                wall_s=proc.wall_s)
         if proc.returncode != 0 or not folder.eval_json.exists():
             reason = log_tail(folder.eval_log, 1) or f"evaluate.py exited with {proc.returncode}"
-            return EvalOutcome(False, error=reason, wall_s=proc.wall_s)
+            # 3 is evaluate.ENV_CHANGED_EXIT: the frozen env folder changed, which is no crash of the candidate's
+            changed_env = bool(s.env_folder) and proc.returncode == 3
+            return EvalOutcome(False, error=reason, wall_s=proc.wall_s, tampered=changed_env)
         result, error = read_eval_json(folder.eval_json)
         if result is None:
             return EvalOutcome(False, error=error, wall_s=proc.wall_s)
