@@ -1,4 +1,4 @@
-"""Argument parsing only: `python -m orchestrator run|status|stop|report|transfer|schedule|pull|verify|bench ...`."""
+"""Argument parsing only: `python -m orchestrator run|create|status|stop|report|transfer|schedule|pull|...`."""
 from __future__ import annotations
 
 import argparse
@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .agents import AGENT_KINDS, add_agent_arguments
+from .agents import AGENT_KINDS, CREATE_AGENT_KINDS, add_agent_arguments
 
 USAGE_EXAMPLE = "python -m orchestrator run --env CartPole-v1 --budget 30 --max-experiments 3"
 
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="autorl: an overnight autoresearch daemon for reinforcement learning.",
         epilog=f"first run: {USAGE_EXAMPLE}")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{run,status,stop,report,transfer,schedule,pull,verify,bench}")
+                                metavar="{run,create,status,stop,report,transfer,schedule,pull,verify,bench}")
 
     run = sub.add_parser("run", help="start (or --resume) a run; loops until a limit or `stop`",
                          description="Train, score with the fixed harness, keep or revert, repeat.")
@@ -112,6 +112,25 @@ def build_parser() -> argparse.ArgumentParser:
                      help="first retry delay after an agent error (doubles, capped at 300 s)")
     adv.add_argument("--repo", type=Path, help="the checkout (default: the git repository around cwd)")
 
+    create = sub.add_parser(
+        "create", help="a new environment envs/<name>/ from a plain-English description",
+        description="The agent writes envs/<name>/ (a stdlib-only domain, a gymnasium Env, a README); the daemon "
+                    "checks it and shows failures to the agent for --repair-rounds repairs. It is committed on the "
+                    "checkout's branch only when every check passes (else exit 1, nothing changed); every round "
+                    "is kept in results/create-<name>/. Then: run --env envs.<name>.env:Env.")
+    create.add_argument("--name", required=True, help="the folder envs/<name>/ (lowercase, digits, '_')")
+    what = create.add_mutually_exclusive_group(required=True)
+    what.add_argument("--describe", metavar="TEXT", help="the environment in plain English")
+    what.add_argument("--spec", metavar="FILE", help="a file holding the description")
+    create.add_argument("--agent", choices=CREATE_AGENT_KINDS,
+                        help="default: anthropic when ANTHROPIC_API_KEY is set")
+    create.add_argument("--repair-rounds", type=_non_negative_int, default=3, metavar="N",
+                        help="repair rounds from the check report (default 3)")
+    create.add_argument("--sandbox", choices=("auto", "require", "off"), default="auto",
+                        help="walls around the checks, which run the agent's code (default auto)")
+    add_agent_arguments(create)
+    create.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
+
     status = sub.add_parser("status", help="what each run is doing and its best so far")
     status.add_argument("--tag", help="one run (default: all runs under results/)")
     status.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
@@ -172,6 +191,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)
+    if args.command == "create":
+        return _create(args)
     if args.command == "status":
         return _status(args)
     if args.command == "pull":
@@ -221,6 +242,22 @@ def _run(args) -> int:
             sandbox=args.sandbox, max_output_mb=args.max_output_mb,
             repo=args.repo, agent_args=args)
         return start(options, make_agent, dict(os.environ), from_ref=args.from_ref)
+    except (RunError, WorkspaceError) as exc:
+        print(f"autorl: error: {exc}", file=sys.stderr)
+        return 1
+
+
+def _create(args) -> int:
+    from .agents import make_agent
+    from .config import RunError
+    from .create import CreateRequest, create, read_description
+    from .workspace import WorkspaceError
+
+    try:
+        request = CreateRequest(name=args.name, description=read_description(args.describe, args.spec),
+                                agent_args=args, repair_rounds=args.repair_rounds, repo=args.repo,
+                                sandbox=args.sandbox)
+        return create(request, make_agent, dict(os.environ))
     except (RunError, WorkspaceError) as exc:
         print(f"autorl: error: {exc}", file=sys.stderr)
         return 1

@@ -53,6 +53,7 @@ KINDS = {kind.name: kind for kind in (
                                  help="time limit per experiment (default 1800)"))]),
 )}
 AGENT_KINDS = tuple(KINDS)
+CREATE_AGENT_KINDS = ("anthropic", "command", "replay")   # those that can write a new environment's files
 
 
 def add_agent_arguments(parser) -> None:

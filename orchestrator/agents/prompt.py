@@ -27,6 +27,14 @@ fixed evaluation harness you cannot change, and keeps the commit only if it beat
 information for you, never the score. Nobody answers questions during the night: decide yourself,
 make one focused change per experiment, and finish by submitting it."""
 
+CREATE_ROLE = """\
+You are the environment author of autorl, an overnight daemon for reinforcement learning. You turn
+a plain-English description into a new environment under envs/<name>/ (a pure-Python domain, a
+gymnasium wrapper, a README). The daemon checks what you write and commits it only when every check
+passes; a failed check comes back to you as a report for a repair round. Nobody answers questions
+during the night: decide yourself, write your assumptions into the README, and finish by submitting."""
+ROLES = {"create": CREATE_ROLE}
+
 PHASE_INSTRUCTIONS = {
     "train": """\
 Phase: train. Improve the PPO in candidate/train.py so the policy it exports scores higher on the
@@ -52,6 +60,13 @@ passes and is faster, at train.py's NUM_ENVS, than the backend training uses now
 verification report is given below, repair exactly the failure it shows (state, action, fields,
 largest deviation). Write only the path allowed below.""",
 }
+PHASE_INSTRUCTIONS["create"] = """\
+Phase: create. Write the environment the description asks for, to the protocol of create.md above:
+envs/<name>/<name>.py (the stdlib-only domain), envs/<name>/env.py (class Env), envs/<name>/README.md
+with your assumptions, and envs/<name>/tasks.py only if there are start configurations. Write only
+under the allowed path below; anything else fails the "written paths" check. When a check report is
+given below, repair exactly the failures it names (each line says the check, the episode, the step
+and the state)."""
 GENERIC_PHASE = "Phase: {phase}. Make one focused change to the allowed paths below."
 
 TOOL_RULES = f"""\
@@ -74,11 +89,17 @@ path given below; update it if you can. End your reply with one line of the form
 def system_prompt(program: str, phase: str) -> str:
     """The stable prefix: role, program.md, the phase's instructions and the tool rules."""
     return "\n\n".join([
-        ROLE,
-        "# program.md (the research plan from the human; follow it)\n\n" + program.strip(),
+        ROLES.get(phase, ROLE),
+        _programme_heading(phase) + program.strip(),
         "# This phase\n\n" + phase_instructions(phase),
         TOOL_RULES,
     ])
+
+
+def _programme_heading(phase: str) -> str:
+    if phase == "create":
+        return "# create.md and the description (from the human; follow them)\n\n"
+    return "# program.md (the research plan from the human; follow it)\n\n"
 
 
 def phase_instructions(phase: str) -> str:
@@ -110,8 +131,8 @@ def command_prompt(ctx: AgentContext) -> str:
     """The whole prompt for an external coding CLI, which has its own tools."""
     notes = str(ctx.notes_path) if ctx.notes_path is not None else "(none)"
     return "\n\n".join([
-        ROLE,
-        "# program.md (the research plan from the human; follow it)\n\n" + ctx.program.strip(),
+        ROLES.get(ctx.phase, ROLE),
+        _programme_heading(ctx.phase) + ctx.program.strip(),
         "# This phase\n\n" + phase_instructions(ctx.phase),
         COMMAND_RULES,
         experiment_prompt(ctx, notes_hint=notes),
