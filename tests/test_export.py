@@ -1,0 +1,339 @@
+"""`python -m orchestrator export`: the OpenEnv, OpenReward, verifiers and NeMo Gym variants of an env.
+
+A framework whose package is not installed is skipped with the reason. NeMo Gym cannot be installed
+here (it needs Python >= 3.12): its variant's HTTP contract is tested with FastAPI's TestClient and
+served by uvicorn in the smoke test, never against the real nemo-gym package.
+"""
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from orchestrator.export import FRAMEWORKS, inspect_env, main as export_main
+from orchestrator.export.generate import module_name, variant_dir
+from orchestrator.export.smoke import framework_available
+
+REPO = Path(__file__).resolve().parent.parent
+CORRIDOR = Path(__file__).resolve().parent / "export_envs" / "corridor"
+CONNECT_FOUR = REPO / "envs" / "connect_four"
+TURNS = 4
+
+
+def needs(framework: str):
+    available, reason = framework_available(framework)
+    return pytest.mark.skipif(not available, reason=f"{framework}: {reason}")
+
+
+PER_FRAMEWORK = [pytest.param(framework, marks=needs(framework), id=framework) for framework in FRAMEWORKS]
+ENV_FOLDERS = [
+    pytest.param(CORRIDOR, id="corridor"),
+    pytest.param(CONNECT_FOUR, id="connect_four", marks=pytest.mark.skipif(
+        not CONNECT_FOUR.is_dir(), reason="envs/connect_four/ is not there yet (written by another change)")),
+]
+
+
+def copy_env(source: Path, tmp_path: Path) -> Path:
+    """Export into a copy, so a test never writes into the repository's env folders."""
+    target = tmp_path / source.name
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("export", "__pycache__"))
+    return target
+
+
+def load_file(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def domain_outcome(env_dir: Path, turns: int = TURNS) -> tuple[list[int], list[float]]:
+    """The first-legal-action player's actions and rewards, computed by the domain module itself."""
+    info = inspect_env(env_dir)
+    domain = load_file(env_dir / info.domain_file, f"expected_{env_dir.name}_{id(env_dir)}")
+    tasks_file = env_dir / "tasks.py"
+    tasks = load_file(tasks_file, f"expected_tasks_{id(env_dir)}").TASKS if tasks_file.exists() else []
+    state = domain.reset(0, tasks[0] if tasks else None)
+    actions, rewards = [], []
+    for _ in range(min(turns, domain.MAX_STEPS)):
+        action = list(domain.legal_actions(state))[0]
+        state, reward, terminated = domain.step(state, action)
+        actions.append(action)
+        rewards.append(float(reward))
+        if terminated:
+            break
+    return actions, rewards
+
+
+def run_export(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestrator.export", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=600)
+
+
+# --- the smoke test: each variant's server on 127.0.0.1, its rollout.py against it ---
+
+@pytest.mark.parametrize("framework", PER_FRAMEWORK)
+def test_smoke_serves_the_variant_and_plays_it_offline(framework, tmp_path):
+    env_dir = copy_env(CORRIDOR, tmp_path)
+    done = run_export("--env", str(env_dir), "--to", framework, "--smoke", "--player", "scripted")
+    assert done.returncode == 0, done.stdout + done.stderr
+    _, rewards = domain_outcome(env_dir)
+    line = [line for line in done.stdout.splitlines() if line.startswith(f"{framework}:")]
+    assert line and line[0].startswith(f"{framework}: ok ({len(rewards)} turns, reward {sum(rewards):g}"), done.stdout
+    if framework == "nemo_gym":
+        assert "not run against the real nemo-gym package" in line[0]
+
+
+def test_smoke_fails_loudly_on_a_tool_error_and_stops_the_server(tmp_path):
+    """A domain whose step raises: the NeMo Gym contract answers 500, rollout.py exits non-zero, the
+    smoke line says FAIL with the reason, the command exits 1 and no server is left running."""
+    env_dir = copy_env(CORRIDOR, tmp_path)
+    domain = env_dir / "corridor.py"
+    domain.write_text(domain.read_text().replace(
+        'state["position"] += 1 if action == 1 else -1',
+        'if action == 0:\n        raise RuntimeError("boom")\n    state["position"] += 1'))
+    done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--player", "scripted")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "nemo_gym: FAIL" in done.stdout and "tool act failed: HTTP 500" in done.stdout, done.stdout
+    import psutil
+
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(env_dir) in " ".join(p.info["cmdline"] or [])]
+    assert not leftovers, leftovers
+
+
+# --- every variant goes through the same domain module ---
+
+def drive_openenv(folder: Path, module, actions: list[int]) -> list[float]:
+    from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
+
+    env = getattr(module, f"{inspect_env(folder.parents[1]).class_prefix}Environment")()
+    try:
+        env.reset(seed=0, task_index=0)
+        assert {tool.name for tool in env.step(ListToolsAction()).tools} == {"observe", "act"}
+        rewards = []
+        for action in actions:
+            observation = env.step(CallToolAction(tool_name="act", arguments={"action": action}))
+            assert observation.error is None, observation.error
+            rewards.append(observation.reward)
+        refused = env.step(CallToolAction(tool_name="act", arguments={"action": 99}))
+        assert refused.error is not None and "not legal" in refused.error.message
+        return rewards
+    finally:
+        env.close()
+
+
+def drive_ors(folder: Path, module, actions: list[int]) -> list[float]:
+    cls = getattr(module, inspect_env(folder.parents[1]).class_prefix)
+    assert {tool.name for tool in cls.list_tools().tools} == {"observe", "act"}
+    env = cls(task_spec=cls.list_tasks("train")[0])
+
+    async def play():
+        outputs = [await env.act(module.ActParams(action=action)) for action in actions]
+        with pytest.raises(module.IllegalAct):
+            await env.act(module.ActParams(action=99))
+        return outputs
+
+    return [output.reward for output in asyncio.run(play())]
+
+
+def drive_verifiers(folder: Path, module, actions: list[int]) -> list[float]:
+    from verifiers.types import AssistantMessage, ClientConfig, ToolCall
+
+    env = module.load_environment()
+    assert {tool.name for tool in env.tool_defs} == {"observe", "act"}
+    assert all("episode" not in json.dumps(tool.parameters) for tool in env.tool_defs)  # hidden
+
+    async def play():
+        offline = ClientConfig(api_key_var="AUTORL_UNUSED_KEY", api_base_url="http://127.0.0.1:9/v1")
+        state = await env.init_state(module.rollout_input(0), offline, "scripted")
+        state = await env.setup_state(state)
+        for i, action in enumerate([*actions, 99]):
+            call = ToolCall(id=f"call-{i}", name="act", arguments=json.dumps({"action": action}))
+            await env.env_response([AssistantMessage(content="", tool_calls=[call])], state)
+        return state
+
+    state = asyncio.run(play())
+    assert len(state["tool_errors"]) == 1 and "not legal" in state["tool_errors"][0]
+    assert module.episode_return(state) == pytest.approx(sum(state["step_rewards"]))
+    return state["step_rewards"]
+
+
+def drive_nemo_gym(folder: Path, module, actions: list[int]) -> list[float]:
+    from fastapi.testclient import TestClient
+
+    with TestClient(module.contract_app()) as client:
+        assert client.post("/seed_session", json={"seed": 0, "task_index": 0}).status_code == 200
+        rewards = []
+        for action in actions:
+            answer = client.post("/act", json={"action": action})
+            assert answer.status_code == 200, answer.text
+            rewards.append(answer.json()["reward"])
+        assert client.post("/act", json={"action": 99}).status_code == 400
+        verified = client.post("/verify", json={"responses_create_params": {"input": []}, "response": {}})
+        assert verified.json()["reward"] == pytest.approx(sum(rewards))
+    return rewards
+
+
+DRIVERS = {"openenv": drive_openenv, "ors": drive_ors, "verifiers": drive_verifiers, "nemo_gym": drive_nemo_gym}
+
+
+def play_variant(env_dir: Path, framework: str, actions: list[int], tag: str) -> list[float]:
+    folder = variant_dir(inspect_env(env_dir), framework)
+    module = load_file(folder / f"{module_name(inspect_env(env_dir), framework)}.py", f"variant_{framework}_{tag}")
+    return DRIVERS[framework](folder, module, actions)
+
+
+@pytest.mark.parametrize("framework", PER_FRAMEWORK)
+@pytest.mark.parametrize("env_source", ENV_FOLDERS)
+def test_each_variant_plays_the_domain_module_through_its_tools(framework, env_source, tmp_path):
+    env_dir = copy_env(env_source, tmp_path)
+    assert export_main(["--env", str(env_dir), "--to", framework]) == 0
+    actions, rewards = domain_outcome(env_dir)
+    assert play_variant(env_dir, framework, actions, f"{env_source.name}_{tmp_path.name}") == pytest.approx(rewards)
+
+
+@pytest.mark.parametrize("framework", PER_FRAMEWORK)
+def test_a_rule_changed_in_the_domain_module_changes_the_variant(framework, tmp_path):
+    """No rule is copied into a variant: the step cost edited in corridor.py is what its tools pay."""
+    env_dir = copy_env(CORRIDOR, tmp_path)
+    assert export_main(["--env", str(env_dir), "--to", framework]) == 0
+    actions = [1, 0, 1]
+    before = play_variant(env_dir, framework, actions, f"before_{tmp_path.name}")
+    domain = env_dir / "corridor.py"
+    domain.write_text(domain.read_text().replace("STEP_REWARD = -0.1", "STEP_REWARD = -0.25"))
+    after = play_variant(env_dir, framework, actions, f"after_{tmp_path.name}")
+    assert before == pytest.approx([-0.1] * 3) and after == pytest.approx([-0.25] * 3)
+
+
+# --- NeMo Gym: the HTTP contract (not the real package, which needs Python >= 3.12) ---
+
+@pytest.fixture
+def nemo_gym_contract(tmp_path):
+    available, reason = framework_available("nemo_gym")
+    if not available:
+        pytest.skip(f"nemo_gym contract: {reason}")
+    env_dir = copy_env(CORRIDOR, tmp_path)
+    assert export_main(["--env", str(env_dir), "--to", "nemo_gym"]) == 0
+    folder = variant_dir(inspect_env(env_dir), "nemo_gym")
+    module = load_file(folder / "corridor_nemo_gym.py", f"nemo_contract_{tmp_path.name}")
+    return folder, module
+
+
+def test_nemo_gym_contract_has_one_post_route_per_tool_not_the_real_package(nemo_gym_contract, tmp_path):
+    """NeMo Gym's contract served by FastAPI, not by the real nemo-gym package (Python >= 3.12)."""
+    folder, module = nemo_gym_contract
+    rollout = load_file(folder / "rollout.py", f"nemo_rollout_{tmp_path.name}")
+    openapi = module.contract_app().openapi()
+    posts = {path for path, operations in openapi["paths"].items() if "post" in operations}
+    assert posts == {"/seed_session", "/observe", "/act", "/verify"}
+    tools = {tool["name"]: tool for tool in rollout.discover_tools(openapi)}
+    assert set(tools) == {"observe", "act"}
+    assert tools["act"]["input_schema"]["properties"]["action"]["type"] == "integer"
+    assert "corridor of 5 cells" in tools["observe"]["description"]  # the domain's DESCRIPTION
+
+
+def test_nemo_gym_contract_keeps_one_episode_per_cookie_session_not_the_real_package(nemo_gym_contract):
+    """Cookie sessions as NeMo Gym's SessionMiddleware sets them; contract only, not nemo-gym itself."""
+    from fastapi.testclient import TestClient
+
+    _, module = nemo_gym_contract
+    app = module.contract_app()
+    with TestClient(app) as alice, TestClient(app) as bob:
+        alice.post("/seed_session", json={"seed": 0, "task_index": 1})  # task 1 starts in cell 2
+        bob.post("/seed_session", json={"seed": 0, "task_index": 0})
+        assert "CorridorResourcesServer___corridor_resources_server" in alice.cookies
+        assert alice.post("/observe").json()["board"] == "|. . A . G|"
+        assert bob.post("/observe").json()["board"] == "|A . . . G|"
+        assert alice.post("/act", json={"action": 1}).json()["reward"] == pytest.approx(-0.1)
+        finish = alice.post("/act", json={"action": 1}).json()
+        assert finish["reward"] == pytest.approx(1.0) and finish["terminated"] and finish["done"]
+        after_end = alice.post("/act", json={"action": 1})
+        assert after_end.status_code == 400 and "episode is over" in after_end.json()["detail"]
+        bob.post("/act", json={"action": 1})
+        body = {"responses_create_params": {"input": []}, "response": {"id": "r"}, "extra": 1}
+        alice_verdict, bob_verdict = alice.post("/verify", json=body).json(), bob.post("/verify", json=body).json()
+        assert alice_verdict["reward"] == pytest.approx(0.9) and bob_verdict["reward"] == pytest.approx(-0.1)
+        assert alice_verdict["extra"] == 1  # verify echoes the request, as NeMo Gym's BaseVerifyResponse does
+
+
+def test_nemo_gym_rollout_verify_body_is_a_responses_api_record_not_the_real_package(nemo_gym_contract, tmp_path):
+    """The envelope validates as openai's Response (NeMoGymResponse's base); the output items carry
+    the fields of NeMo Gym's function_call / function_call_output items. Not checked by nemo-gym."""
+    openai_responses = pytest.importorskip("openai.types.responses")
+    folder, _ = nemo_gym_contract
+    rollout = load_file(folder / "rollout.py", f"nemo_rollout_body_{tmp_path.name}")
+    items = [{"type": "function_call", "call_id": "c0", "name": "act", "arguments": "{\"action\": 1}",
+              "status": "completed"}, {"type": "function_call_output", "call_id": "c0", "output": "{}"}]
+    body = rollout.verify_body({"input": [], "tools": []}, items, "scripted")
+    openai_responses.Response.model_validate({**body["response"], "output": []})
+    assert body["response"]["output"] == items
+
+
+@pytest.mark.skipif(importlib.util.find_spec("nemo_gym") is None,
+                    reason="nemo-gym is not installed (it needs Python >= 3.12); only its HTTP contract is tested")
+def test_nemo_gym_real_resources_server(nemo_gym_contract):
+    from unittest.mock import MagicMock
+
+    from fastapi.testclient import TestClient
+    from nemo_gym.server_utils import ServerClient
+
+    _, module = nemo_gym_contract
+    config = module.CorridorResourcesServerConfig(host="127.0.0.1", port=8080, entrypoint="",
+                                                  name="corridor_resources_server")
+    server = module.CorridorResourcesServer(config=config, server_client=MagicMock(spec=ServerClient))
+    with TestClient(server.setup_webserver()) as client:
+        client.post("/seed_session", json={"seed": 0, "task_index": 0})
+        assert client.post("/act", json={"action": 1}).json()["reward"] == pytest.approx(-0.1)
+
+
+# --- generation: deterministic, confined to export/, bad input refused ---
+
+def tree(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def test_export_is_deterministic_and_writes_only_the_chosen_export_folders(tmp_path):
+    env_dir = copy_env(CORRIDOR, tmp_path)
+    assert export_main(["--env", str(env_dir), "--to", "all"]) == 0
+    first = tree(env_dir)
+    stray = env_dir / "export" / "openenv" / "stale.py"
+    stray.write_text("left over")
+    (env_dir / "export" / "ors" / "rollout.py").write_text("edited by hand")
+    assert export_main(["--env", str(env_dir), "--to", "openenv"]) == 0
+    second = tree(env_dir)
+    assert not stray.exists()
+    assert second["export/ors/rollout.py"] == b"edited by hand"  # a framework not asked for is left alone
+    assert {k: v for k, v in second.items() if not k.startswith("export/ors/")} == \
+           {k: v for k, v in first.items() if not k.startswith("export/ors/")}
+    expected = {f"export/{fw}/{name}" for fw in FRAMEWORKS
+                for name in (f"corridor_{fw}.py", "rollout.py", "pyproject.toml", "README.md")}
+    assert expected | {"export/nemo_gym/configs/corridor_nemo_gym.yaml", "corridor.py", "tasks.py"} == set(first)
+
+
+def test_bad_input_is_refused_with_exit_2(tmp_path, capsys):
+    no_domain = tmp_path / "empty_env"
+    no_domain.mkdir()
+    (no_domain / "helpers.py").write_text("X = 1\n")
+    assert export_main(["--env", str(no_domain)]) == 2
+    assert "has no domain module" in capsys.readouterr().err
+    assert export_main(["--env", str(tmp_path / "missing")]) == 2
+    assert "is not a folder" in capsys.readouterr().err
+    assert export_main(["--env", str(copy_env(CORRIDOR, tmp_path)), "--to", "openenv,gym"]) == 2
+    assert "unknown framework gym" in capsys.readouterr().err
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "half.py").write_text("ACTIONS = ['a']\ndef legal_actions(state):\n    return [0]\n")
+    assert export_main(["--env", str(half)]) == 2
+    assert "misses NAME" in capsys.readouterr().err and not (half / "export").exists()
+
+
+def test_unknown_framework_exits_2_from_the_command_line(tmp_path):
+    done = run_export("--env", str(copy_env(CORRIDOR, tmp_path)), "--to", "gym")
+    assert done.returncode == 2 and "unknown framework gym" in done.stderr
