@@ -128,7 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="repair rounds from the check report (default 3)")
     create.add_argument("--sandbox", choices=("auto", "require", "off"), default="auto",
                         help="walls around the checks, which run the agent's code (default auto)")
-    add_agent_arguments(create)
+    add_agent_arguments(create, CREATE_AGENT_KINDS)
     create.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
 
     status = sub.add_parser("status", help="what each run is doing and its best so far")

@@ -56,8 +56,8 @@ AGENT_KINDS = tuple(KINDS)
 CREATE_AGENT_KINDS = ("anthropic", "command", "replay")   # those that can write a new environment's files
 
 
-def add_agent_arguments(parser) -> None:
-    for kind in KINDS.values():
+def add_agent_arguments(parser, kinds=AGENT_KINDS) -> None:
+    for kind in (KINDS[name] for name in kinds):
         group = parser.add_argument_group(kind.title)
         for flag, keywords in kind.options:
             group.add_argument(flag, **keywords)

@@ -13,7 +13,7 @@ from typing import Optional, Protocol
 
 @dataclass
 class AgentContext:
-    phase: str                      # "train" or "translate"
+    phase: str                      # "train", "translate" or "create"
     exp: int                        # experiment number (1, 2, ...)
     env_id: str
     worktree: Path                  # the run's git worktree (runs/<tag>/)
