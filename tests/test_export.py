@@ -108,6 +108,28 @@ def test_smoke_fails_loudly_on_a_tool_error_and_stops_the_server(tmp_path):
     assert not leftovers, leftovers
 
 
+@pytest.mark.skipif(not framework_available("nemo_gym")[0], reason=f"nemo_gym: {framework_available('nemo_gym')[1]}")
+def test_smoke_with_claude_plays_through_the_real_anthropic_client(tmp_path, monkeypatch):
+    """--player anthropic against the fake Messages API on 127.0.0.1 (tests/fake_anthropic.py):
+    Claude's tool calls reach the env and the tool results go back to Claude. The NeMo Gym rollout
+    is the quickest; its player is the one the openenv, ors and verifiers rollouts use."""
+    from tests.fake_anthropic import FakeAnthropic, result_text, text_turn, tool_results, tool_turn
+
+    env_dir = copy_env(CORRIDOR, tmp_path)
+    script = [tool_turn(("observe", {})), tool_turn(("act", {"action": 1})), text_turn("That will do.")]
+    with FakeAnthropic(script) as claude:
+        monkeypatch.setenv("ANTHROPIC_API_KEY", "fake")
+        monkeypatch.setenv("ANTHROPIC_BASE_URL", claude.url)
+        done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--player", "anthropic")
+        requests = claude.message_requests
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "nemo_gym: ok (1 turn, reward -0.1" in done.stdout, done.stdout
+    assert {tool["name"] for tool in requests[0]["body"]["tools"]} == {"observe", "act"}
+    assert "corridor of 5 cells" in json.dumps(requests[0]["body"]["messages"])  # the domain's DESCRIPTION
+    acted = json.loads(result_text(tool_results(requests[2]["body"])[0]))
+    assert acted["reward"] == pytest.approx(-0.1) and acted["board"] == "|. A . . G|"
+
+
 # --- every variant goes through the same domain module ---
 
 def drive_openenv(folder: Path, module, actions: list[int]) -> list[float]:

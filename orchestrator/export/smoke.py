@@ -163,5 +163,6 @@ def smoke_variant(info: EnvInfo, framework: str, turns: int = 4, player: str = "
         extra += f", verify reward {result['verify_reward']:g}"
     if note:
         extra += f"; {note}"
-    line = f"{framework}: ok ({result['turns']} turns, reward {result['reward']:g}{extra})"
+    turns = f"{result['turns']} turn{'' if result['turns'] == 1 else 's'}"
+    line = f"{framework}: ok ({turns}, reward {result['reward']:g}{extra})"
     return SmokeResult(framework, True, line)
