@@ -34,6 +34,12 @@ def parse_frameworks(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def _positive_int(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return int(text)
+
+
 def export_env(env_dir: Path, frameworks: list[str]) -> tuple[EnvInfo, list[Path]]:
     """Write envs/<name>/export/<framework>/ for each framework; returns the folders written."""
     info = inspect_env(env_dir)
@@ -47,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"comma-separated: {','.join(FRAMEWORKS)} (default: all)")
     parser.add_argument("--smoke", action="store_true",
                         help="serve each variant on 127.0.0.1 and run its rollout.py against it")
-    parser.add_argument("--turns", type=int, default=4, metavar="N",
+    parser.add_argument("--turns", type=_positive_int, default=4, metavar="N",
                         help="--smoke: act calls per rollout (default 4)")
     parser.add_argument("--player", choices=("auto", "scripted", "anthropic"), default="auto",
                         help="--smoke: auto = Claude when ANTHROPIC_API_KEY is set, else scripted")
