@@ -31,10 +31,11 @@ def _values(info: EnvInfo, framework: str) -> dict[str, str]:
         "VERIFIERS_ENV_ID": module_name(info, "verifiers").replace("_", "-"),
         "GENERATED_NOTE": note, "GENERATED_NOTE_YAML": note.replace("\n", "\n# "),
     }
-    snippet_values = dict(values)
-    values["EPISODE_SNIPPET"] = _fill("episode_snippet.py.tmpl", snippet_values).rstrip("\n")
-    values["TOOL_DESCRIPTIONS"] = _fill("tool_descriptions_snippet.py.tmpl", snippet_values).rstrip("\n")
-    values["PLAYER_SNIPPET"] = _fill("player_snippet.py.tmpl", snippet_values).rstrip("\n")
+    # The blocks shared by every variant live once, in these snippets.
+    for key, snippet in (("EPISODE_SNIPPET", "episode_snippet.py.tmpl"),
+                         ("TOOL_DESCRIPTIONS", "tool_descriptions_snippet.py.tmpl"),
+                         ("PLAYER_SNIPPET", "player_snippet.py.tmpl")):
+        values[key] = _fill(snippet, values).rstrip("\n")
     return values
 
 
