@@ -1,4 +1,4 @@
-"""Argument parsing only: `python -m orchestrator run|create|status|stop|report|transfer|schedule|pull|...`."""
+"""Argument parsing only: `python -m orchestrator run|create|export|status|stop|report|transfer|schedule|pull|...`."""
 from __future__ import annotations
 
 import argparse
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="autorl: an overnight autoresearch daemon for reinforcement learning.",
         epilog=f"first run: {USAGE_EXAMPLE}")
     sub = parser.add_subparsers(dest="command", required=True,
-                                metavar="{run,create,status,stop,report,transfer,schedule,pull,verify,bench}")
+                                metavar="{run,create,export,status,stop,report,transfer,schedule,pull,verify,bench}")
 
     run = sub.add_parser("run", help="start (or --resume) a run; loops until a limit or `stop`",
                          description="Train, score with the fixed harness, keep or revert, repeat.")
@@ -131,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
     add_agent_arguments(create, CREATE_AGENT_KINDS)
     create.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
 
+    from . import export
+
+    export.add_arguments(sub.add_parser(
+        "export", help="envs/<name>/ as thin OpenEnv, OpenReward, verifiers and NeMo Gym variants (--smoke: try each)",
+        description=export.__doc__.splitlines()[0]))
+
     status = sub.add_parser("status", help="what each run is doing and its best so far")
     status.add_argument("--tag", help="one run (default: all runs under results/)")
     status.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
@@ -193,6 +199,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _run(args)
     if args.command == "create":
         return _create(args)
+    if args.command == "export":
+        from . import export
+
+        return export.run(args)
     if args.command == "status":
         return _status(args)
     if args.command == "pull":
