@@ -118,8 +118,11 @@ def env_slug(env_id: str) -> str:
 
 
 def default_tag(env_id: str, now: Optional[datetime] = None) -> str:
+    """`bipedalwalker_v3-nov22`; a created env `envs.<name>.env:Env` is named by its folder."""
     now = now or datetime.now()
-    return f"{env_slug(env_id)}-{now.strftime('%b').lower()}{now.day}"
+    created = re.match(r"^envs\.([a-z][a-z0-9_]*)\.", env_id)
+    name = created[1] if created else env_slug(env_id)
+    return f"{name}-{now.strftime('%b').lower()}{now.day}"
 
 
 TAG_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")

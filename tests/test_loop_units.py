@@ -159,6 +159,7 @@ def test_parse_summary_reads_the_tail_after_the_last_separator():
 
 def test_tags_until_and_schedules():
     assert default_tag("BipedalWalker-v3", datetime(2026, 11, 21)) == "bipedalwalker_v3-nov21"
+    assert default_tag("envs.connect_four.env:Env", datetime(2026, 11, 22)) == "connect_four-nov22"
     assert check_tag("my-run_2.a") == "my-run_2.a"
     for bad in ("a/b", "-x", "a..b", "x.lock", "a b"):
         with pytest.raises(RunError):
