@@ -252,6 +252,27 @@ def test_a_corridor_is_created_after_its_paths_and_imports_are_repaired(autorl_r
     added = sorted(d.b_path for d in main.head.commit.parents[0].diff(main.head.commit))
     assert added == sorted(good)  # train.py is as it was
 
+    # create -> export: the created env's four variants pass the smoke offline, and they play the
+    # domain module itself (a step cost changed in corridor.py is what every variant's tools pay).
+    from orchestrator.export.smoke import framework_available
+    from tests.test_export import FRAMEWORKS, play_variant
+
+    installable = [framework for framework in FRAMEWORKS if framework_available(framework)[0]]
+    if not installable:
+        pytest.skip("the export half: no framework of the export extra is installed (pip install -e '.[export]')")
+    proc = run_daemon(repo, "export", "--env", "envs/corridor", "--to", ",".join(installable), "--smoke",
+                      "--player", "scripted", timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [line.split(":")[0] for line in proc.stdout.splitlines() if ": ok (" in line] == installable
+    env_dir = repo / "envs" / "corridor"
+    before = {framework: play_variant(env_dir, framework, [1, 0, 1], f"before_{framework}") for framework in installable}
+    domain = env_dir / "corridor.py"
+    domain.write_text(domain.read_text().replace("return state, -0.01, False", "return state, -0.05, False"))
+    after = {framework: play_variant(env_dir, framework, [1, 0, 1], f"after_{framework}") for framework in installable}
+    for framework in installable:
+        assert before[framework] == pytest.approx([-0.01] * 3), framework
+        assert after[framework] == pytest.approx([-0.05] * 3), framework
+
 
 def test_a_create_that_never_passes_leaves_main_untouched(autorl_repo, tmp_path):
     repo = autorl_repo()
