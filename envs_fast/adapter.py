@@ -26,7 +26,7 @@ class TranslationVectorEnv(VectorEnv):
     reference's spaces and its registered time limit."""
     metadata = {"autoreset_mode": AutoresetMode.NEXT_STEP, "render_modes": []}
 
-    def __init__(self, backend, num_envs: int):
+    def __init__(self, backend, num_envs: int, seed: int | None = None):
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
         self.backend = backend
@@ -38,3 +38,10 @@ class TranslationVectorEnv(VectorEnv):
         self.max_episode_steps = max_episode_steps(backend.env_id)
         self.render_mode = None
         self.spec = None
+        if seed is not None:
+            self.observation_space.seed(seed)
+            self.action_space.seed(seed)
+
+    def _refuse(self, options) -> None:
+        if options:
+            raise ValueError(f"{type(self).__name__} does not support reset options, got {options}")

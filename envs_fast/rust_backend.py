@@ -438,7 +438,7 @@ class RustVectorEnv(TranslationVectorEnv):
     call plus a few in-place numpy ops. Returned arrays are fresh (never overwritten later)."""
 
     def __init__(self, backend: RustBackend, num_envs: int, seed: int | None = None):
-        super().__init__(backend, num_envs)
+        super().__init__(backend, num_envs, seed)
         n = num_envs
         self._limit = self.max_episode_steps if self.max_episode_steps is not None else np.iinfo(np.int64).max
         self._seeds = np.zeros(n, np.uint64)  # per-env seeds of the next C call: a stream advanced by n per call
@@ -467,13 +467,9 @@ class RustVectorEnv(TranslationVectorEnv):
         self._obs_view = self._obs.reshape((n,) + obs_space.shape) if self._obs_is_float32_box else self._obs
         self._started = False
         self._seeds[:] = self._stream_offsets + np.uint64(_stream_start(0 if seed is None else seed))
-        if seed is not None:
-            self.observation_space.seed(seed)
-            self.action_space.seed(seed)
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
-        if options:
-            raise ValueError(f"{type(self).__name__} does not support reset options, got {options}")
+        self._refuse(options)
         reset_seeds = self._seeds
         if seed is not None:
             if isinstance(seed, (list, tuple, np.ndarray)):

@@ -107,7 +107,7 @@ def _to_numpy(tree, space: gym.Space):
 
 class JaxVectorEnv(TranslationVectorEnv):
     def __init__(self, backend: FunctionalBackend, num_envs: int, seed: int | None = None):
-        super().__init__(backend, num_envs)
+        super().__init__(backend, num_envs, seed)
         reset_fn, step_fn = make_batched_functions(backend, self.max_episode_steps)
         self._reset_fn = jax.jit(reset_fn)
 
@@ -118,13 +118,9 @@ class JaxVectorEnv(TranslationVectorEnv):
         self._step_fn = jax.jit(step_with_key)
         self._key = jax.random.PRNGKey(0 if seed is None else seed)
         self._state = None
-        if seed is not None:
-            self.observation_space.seed(seed)
-            self.action_space.seed(seed)
 
     def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
-        if options:
-            raise ValueError(f"{type(self).__name__} does not support reset options, got {options}")
+        self._refuse(options)
         if seed is not None:
             if isinstance(seed, (list, tuple)):
                 if len(seed) != self.num_envs:
