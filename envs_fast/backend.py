@@ -6,14 +6,11 @@ this module loads a spec: a translation file, or gymnax through `gymnax_backend.
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-import uuid
 from pathlib import Path
 
 from envs_fast.gymnax_backend import load_gymnax
 from envs_fast.protocol import (PACKAGE_DIR, PROTOCOL_FUNCTIONS, TRANSLATION_ALIASES, VECTOR_SPECS,  # noqa: F401
-                                BackendError, BatchedBackend, FunctionalBackend, check_env_id, file_hash,
+                                BackendError, BatchedBackend, FunctionalBackend, check_env_id, file_hash, import_file,
                                 is_file_spec, is_rust_spec, resolve_spec, slug, translation_path)
 
 
@@ -22,17 +19,7 @@ def load_translation(path: str | Path, env_id: str | None = None) -> FunctionalB
     path = Path(path)
     if not path.is_file():
         raise BackendError(f"translation file {str(path)!r} does not exist")
-    module_name = f"_envs_fast_translation_{slug(path.stem)}_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise BackendError(f"{path}: not an importable Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module  # dataclasses/NamedTuples look their module up here
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(module_name, None)
-        raise BackendError(f"{path}: import failed: {type(exc).__name__}: {exc}") from None
+    module = import_file(path, "_envs_fast_translation")
     missing = [name for name in ("ENV_ID",) + PROTOCOL_FUNCTIONS if not hasattr(module, name)]
     if missing:
         raise BackendError(f"{path}: protocol incomplete, missing {', '.join(missing)}")

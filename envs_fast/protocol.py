@@ -71,6 +71,29 @@ def check_env_id(env_id: str):
         raise BackendError(f"unknown environment id {env_id!r}: {exc}") from None
 
 
+def import_file(path: str | Path, prefix: str):
+    """Import the Python file `path` under a fresh module name starting with `prefix`, registered in
+    sys.modules (dataclasses and NamedTuples look their module up there). BackendError when it
+    cannot be imported, with the reason."""
+    import importlib.util
+    import sys
+    import uuid
+
+    path = Path(path)
+    module_name = f"{prefix}_{slug(path.stem)}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise BackendError(f"{path}: not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise BackendError(f"{path}: import failed: {type(exc).__name__}: {exc}") from None
+    return module
+
+
 def file_hash(path: str | Path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 

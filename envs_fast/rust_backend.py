@@ -37,13 +37,10 @@ from __future__ import annotations
 import collections
 import ctypes
 import hashlib
-import importlib.util
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
-import uuid
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -53,7 +50,7 @@ import numpy as np
 
 from envs_fast.cache import cache_dir
 from envs_fast.adapter import TranslationVectorEnv
-from envs_fast.protocol import (SIGNATURE_PROBLEM, BackendError, BuildError, check_env_id, file_hash, slug, space_leaves,
+from envs_fast.protocol import (SIGNATURE_PROBLEM, BackendError, BuildError, check_env_id, file_hash, import_file, slug, space_leaves,
                                 sync_companion)
 
 ABI_VERSION = 1
@@ -214,17 +211,7 @@ def _load_companion(path: Path):
     companion = sync_companion(path)
     if not companion.is_file():
         return None
-    module_name = f"_envs_fast_rust_sync_{slug(path.stem)}_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(module_name, companion)
-    if spec is None or spec.loader is None:
-        raise BackendError(f"{companion}: not an importable Python file")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        sys.modules.pop(module_name, None)
-        raise BackendError(f"{companion}: import failed: {type(exc).__name__}: {exc}") from None
+    module = import_file(companion, "_envs_fast_rust_sync")
     missing = [name for name in ("state_from_reference", "state_to_reference") if not callable(getattr(module, name, None))]
     if missing:
         raise BackendError(f"{companion}: missing {', '.join(missing)}")
