@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
-from envs_fast.protocol import slug
+from envs_fast.protocol import sync_companion, translation_path
 
 from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log
@@ -199,11 +199,12 @@ class TranslatePhase(Phase):
         self.languages = languages
 
     def translation(self, env_id: str, lang: str = "jax") -> str:
-        return f"envs_fast/{slug(env_id)}.{'rs' if lang == 'rust' else 'py'}"
+        """The translation's repo-relative path: envs_fast/<slug>.py or envs_fast/<slug>.rs."""
+        return translation_path(env_id, ".", lang).as_posix()
 
     def files(self, env_id: str, lang: str) -> list[str]:
         if lang == "rust":
-            return [self.translation(env_id, "rust"), f"envs_fast/{slug(env_id)}_sync.py"]
+            return [self.translation(env_id, "rust"), sync_companion(self.translation(env_id, "rust")).as_posix()]
         return [self.translation(env_id, "jax")]
 
     def allowed_paths(self, env_id: str) -> list[str]:
