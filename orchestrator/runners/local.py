@@ -207,9 +207,12 @@ class LocalRunner:
             shutil.copyfile(cache / name, self.settings.verify_cache / name)
         else:
             log.warning("no %s record for %s in the scratch cache", kind, spec)
-        if (cache / "rust").is_dir():  # the libraries built there: training loads them (it cannot write the cache)
-            shutil.copytree(cache / "rust", self.settings.verify_cache / "rust", dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns(".build-*"))
+        # Rust libraries built there (the scratch started as a copy of the run's cache, so only new
+        # ones are copied back): training loads them, as it cannot write the cache.
+        for built in (cache / "rust").glob("*/"):
+            kept = self.settings.verify_cache / "rust" / built.name
+            if not any(kept.glob("*.so")):  # (a copy cut short earlier is redone)
+                shutil.copytree(built, kept, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".build-*"))
 
     def verify(self, slot: Slot, commit: str, backend: str, round_: int) -> VerifyOutcome:
         s, folder = self.settings, slot.folder
