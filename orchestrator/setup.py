@@ -47,12 +47,10 @@ def check_created_env(options: Options, workspace: Workspace, from_ref: Optional
     if (options.runner or "local") == "modal":
         raise RunError(f"--runner modal cannot score a created environment ({folder}/) yet: run it locally")
     commit = workspace.start_commit(from_ref)
-    try:
-        workspace.main.commit(commit).tree / folder
-    except KeyError:
+    if not workspace.has_path(commit, folder):
         name = folder.split("/", 1)[1]
         raise RunError(f"{folder}/ is not in commit {commit[:7]}: create it first (python -m orchestrator create "
-                       f"--name {name} --describe TEXT) or commit it") from None
+                       f"--name {name} --describe TEXT) or commit it")
 
 
 def check_env_id(env_id: str) -> None:
@@ -264,10 +262,8 @@ def _check_new_run(options: Options, root: Path, workspace: Workspace, from_ref:
             raise RunError(f"{root / TRAIN_SCRIPT} is missing: nothing to train")
     else:
         commit = workspace.start_commit(from_ref)
-        try:
-            workspace.main.commit(commit).tree / TRAIN_SCRIPT
-        except KeyError:
-            raise RunError(f"--from {from_ref}: commit {commit[:7]} has no {TRAIN_SCRIPT}: nothing to train") from None
+        if not workspace.has_path(commit, TRAIN_SCRIPT):
+            raise RunError(f"--from {from_ref}: commit {commit[:7]} has no {TRAIN_SCRIPT}: nothing to train")
     schedule_for(options)
 
 
