@@ -38,7 +38,8 @@ def is_disk_full(exc: BaseException) -> bool:
 def prune(folder: ExpFolder, log_cap_mb: float = LOG_CAP_MB) -> int:
     """Remove what an experiment left that the run does not need; returns the bytes freed."""
     freed = 0
-    for out in (folder.out, ExpFolder(folder.confirm).out):
+    runs = [folder] + folder.confirmations()
+    for out in (run.out for run in runs):
         if not out.is_dir():
             continue
         for entry in list(out.iterdir()):
@@ -49,7 +50,7 @@ def prune(folder: ExpFolder, log_cap_mb: float = LOG_CAP_MB) -> int:
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 entry.unlink(missing_ok=True)
-    for path in list(folder.path.glob("*.log")) + list(ExpFolder(folder.confirm).path.glob("*.log")):
+    for path in [log for run in runs for log in run.path.glob("*.log")]:
         freed += cut_log(path, log_cap_mb)
     return freed
 

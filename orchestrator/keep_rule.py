@@ -1,8 +1,8 @@
 """The keep rule: when a candidate's score beats the best by more than seed-to-seed noise.
 
 Noise is measured, not assumed. Every pair of runs of the same code with different training
-seeds that the night produces is a sample of it: the two baseline runs, each candidate's first
-run and its confirmation run, and a re-baseline (the best train.py retrained on a newly kept
+seeds that the night produces is a sample of it: the two baseline runs, a candidate's first
+run with its confirmation runs, and a re-baseline (the best train.py retrained on a newly kept
 backend) with the best train.py's runs of other seeds. "Same code" means the same train.py: a
 kept translation was verified equivalent to the reference env, so it changes speed, not the
 distribution of scores. A re-baseline repeats the seed of the run it replaces (train seed 1),
@@ -16,17 +16,24 @@ sigma never goes below the evaluation's own standard error (the root mean square
 `se`): an estimate of 0.000 from two identical runs cannot let a lucky candidate through on a
 difference the 100-episode evaluation cannot resolve.
 
-The decision, for a candidate's first score x1 against the best B:
+The decision is sequential. A candidate is trained with seed 1, then, while the evidence is
+ambiguous, retrained with the confirmation seeds (2, 3, ...) up to MAX_RUNS runs. After its n-th
+run, with mean m_n of its n scores, against the best B, and sigma with df degrees of freedom
+(the candidate's own runs join the estimate: n - 1 more df):
 
-    x1 <= B                                  discard
-    (x1 - B) / sigma > t(1 - A_OUTRIGHT, df)  keep without confirmation
-    otherwise                                train it again with the confirmation seed (x2),
-                                             add the pair (x1, x2) to the estimate (df + 1), and
-    (mean - B) / (sigma / sqrt 2) > t(1 - A_CONFIRM, df)  keep, else discard
+    t_n = (m_n - B) / (sigma / sqrt n)
+    t_n > t(1 - LOOK_ALPHAS[n-1], df)        keep
+    t_n <= FUTILITY_T[n-1], or n = MAX_RUNS  discard (at n = 1: not above B)
+    otherwise                                train it again with the next confirmation seed
 
-With B taken as the reference, a candidate no better than B is kept with probability at most
-A_OUTRIGHT + A_CONFIRM = 5% whatever sigma and however few pairs (the t quantiles are exact for
-normal scores); tests/test_keep_rule.py measures the error rates and the cost in runs.
+With B taken as the reference, each t_n is Student-t with df degrees of freedom for a candidate
+no better than B (normal scores: the mean is independent of the pooled variance), so it is kept
+with probability at most sum(LOOK_ALPHAS) = 5% whatever sigma and however few pairs the night
+has produced (Bonferroni over the looks; the futility stops only lower it). Up to three
+confirmations are what a true gain of 2 sigma needs to be kept >= 80% of the time from the
+night's first pair on; the futility bounds stop confirming candidates that are not trending up.
+tests/test_keep_rule.py measures the error rates and the cost in runs; `python bench/keep_rule.py`
+prints them by number of pairs.
 """
 from __future__ import annotations
 
@@ -39,8 +46,9 @@ from typing import Optional
 
 from scipy import stats
 
-A_OUTRIGHT = 0.01      # false keeps allowed to the first look (no confirmation)
-A_CONFIRM = 0.04       # ... and to the confirmed look: 5% in all
+LOOK_ALPHAS = (0.002, 0.008, 0.015, 0.025)  # false keeps allowed to each look: 5% in all
+FUTILITY_T = (0.0, 1.0, 1.5)                 # t at or below which a look stops confirming
+MAX_RUNS = len(LOOK_ALPHAS)                  # a candidate's runs at most: 1 + 3 confirmations
 MIN_SIGMA = 1e-9       # sigma when every run and every evaluation agree exactly
 
 
@@ -69,8 +77,8 @@ class Noise:
         return self.df
 
     def including(self, runs: list[ScoredRun] = (), extra_se: list[float] = ()) -> "Noise":
-        """The estimate with more runs (a candidate and its confirmation), the floor also over
-        `extra_se` (a candidate's runs that pair with nothing)."""
+        """The estimate with more runs (a candidate's: one run alone joins no group), the floor
+        also over `extra_se` (the candidate's evaluation standard error)."""
         return estimate([r for g in self.groups for r in g] + list(runs), list(extra_se))
 
     def evidence(self) -> dict:
@@ -111,35 +119,34 @@ def t_quantile(p: float, df: int) -> float:
 @dataclass
 class Decision:
     action: str            # keep, discard, confirm
-    threshold: float       # the score (or 2-seed mean) that had to be beaten
+    threshold: float       # the score (or n-seed mean) that had to be beaten
     note: str              # the short form for the row's description
 
     def evidence(self) -> dict:
         return asdict(self)
 
 
-def first_look(score: float, best: float, noise: Noise) -> Decision:
-    """A candidate's first run: discard, keep outright, or confirm."""
-    outright = best + t_quantile(1 - A_OUTRIGHT, noise.df) * noise.sigma
-    if score <= best:
-        return Decision("discard", best, f"not above best {best:.3f}")
-    if score > outright:
-        return Decision("keep", outright, f"beats best {best:.3f} by {score - best:.3g} > {outright - best:.3g} "
-                                          f"({noise.short()}; keep outright at p<{A_OUTRIGHT:g})")
-    return Decision("confirm", outright, f"{score:.3f} is above best {best:.3f} but not above {outright:.3f} "
-                                         f"({noise.short()}): confirm")
-
-
-def second_look(first: float, second: float, best: float, noise: Noise) -> Decision:
-    """After the confirmation run; `noise` already holds the pair (first, second)."""
-    mean = (first + second) / 2
-    threshold = best + t_quantile(1 - A_CONFIRM, noise.df) * noise.sigma / math.sqrt(2)
-    seeds = f"{first:.3f}, {second:.3f}"
+def look(scores: list[float], best: float, noise: Noise) -> Decision:
+    """After a candidate's n-th run (`scores` are its n scores; `noise` already holds them as a
+    group when n >= 2): keep, discard, or confirm once more."""
+    n = len(scores)
+    mean = sum(scores) / n
+    spread = noise.sigma / math.sqrt(n)
+    t = (mean - best) / spread
+    threshold = best + t_quantile(1 - LOOK_ALPHAS[n - 1], noise.df) * spread
+    runs = f"{n} seeds: {', '.join(f'{s:.3f}' for s in scores)} (mean {mean:.3f})" if n > 1 else f"{mean:.3f}"
+    gap = f"threshold {threshold:.3f} = best {best:.3f} + t(1-{LOOK_ALPHAS[n - 1]:g}, {noise.df})" \
+          f"*sigma{'/sqrt' + str(n) if n > 1 else ''}; {noise.short()}"
     if mean > threshold:
-        return Decision("keep", threshold, f"confirmed over 2 seeds: {seeds} (mean {mean:.3f} > {threshold:.3f} = "
-                                           f"best + t*sigma/sqrt2; {noise.short()})")
-    return Decision("discard", threshold, f"not confirmed over 2 seeds: {seeds} (mean {mean:.3f} <= {threshold:.3f} "
-                                          f"= best + t*sigma/sqrt2; {noise.short()})")
+        verb = "beats" if n == 1 else "confirmed over"
+        return Decision("keep", threshold, f"{verb} {runs} > {gap}")
+    if n == 1 and mean <= best:
+        return Decision("discard", threshold, f"not above best {best:.3f}")
+    if n >= MAX_RUNS or t <= FUTILITY_T[n - 1]:
+        why = f"t {t:.2f} <= {FUTILITY_T[n - 1]:g}, stopped confirming" if n < MAX_RUNS else f"{n} runs at most"
+        return Decision("discard", threshold, f"not confirmed over {runs} <= {gap}; {why}")
+    return Decision("confirm", threshold, f"{runs} is above best {best:.3f} but not above {threshold:.3f} "
+                                          f"({noise.short()}): confirm")
 
 
 def write_decision(path: Path, record: dict) -> None:
@@ -154,7 +161,7 @@ class Simulated:
     """How often the rule keeps a candidate, and what that costs, on synthetic scores."""
     kept: float            # fraction of candidates kept
     runs: float            # mean train runs per candidate (1 + the confirmations)
-    outright: float        # fraction kept without confirmation
+    outright: float        # fraction kept on the first run (no confirmation)
     trials: int
 
 
@@ -177,14 +184,14 @@ def simulate(gain: float, pairs: int, trials: int, seed: int = 0, sigma: float =
         noise = estimate(history)
         best = true_best if not best_runs else \
             sum(true_best + rng.gauss(0.0, sigma) for _ in range(best_runs)) / best_runs
-        first = ScoredRun("candidate", 1, true_best + gain * sigma + rng.gauss(0.0, sigma), se)
-        look = first_look(first.score, best, noise.including(extra_se=[se]))
-        runs += 1
-        if look.action == "keep":
-            outright += 1
-        elif look.action == "confirm":
-            second = ScoredRun("candidate", 2, true_best + gain * sigma + rng.gauss(0.0, sigma), se)
-            runs += 1
-            look = second_look(first.score, second.score, best, noise.including([first, second]))
-        kept += look.action == "keep"
+        candidate: list[ScoredRun] = []
+        while True:
+            candidate.append(ScoredRun("candidate", len(candidate) + 1,
+                                       true_best + gain * sigma + rng.gauss(0.0, sigma), se))
+            decision = look([r.score for r in candidate], best, noise.including(candidate, [se]))
+            if decision.action != "confirm":
+                break
+        runs += len(candidate)
+        kept += decision.action == "keep"
+        outright += decision.action == "keep" and len(candidate) == 1
     return Simulated(kept / trials, runs / trials, outright / trials, trials)

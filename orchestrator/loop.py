@@ -90,7 +90,7 @@ class Run:
 
     def noise_estimate(self) -> Noise:
         """The keep rule's estimate from the runs of the same train.py with different seeds:
-        the baseline runs; each candidate and its confirmation; a re-baseline, which retrains the
+        the baseline runs; each candidate and its confirmations; a re-baseline, which retrains the
         best train.py with the train seed (replacing that seed's run: the backend changed) and so
         pairs with the best's runs of other seeds."""
         seed, confirm_seed = self.config.train_seeds[0], self.config.confirm_seed
@@ -116,7 +116,8 @@ class Run:
                 add(best_code, seed, folder, f"exp {row.exp} re-baseline")
             else:
                 add(f"exp {row.exp}", seed, folder, f"exp {row.exp}")
-                add(f"exp {row.exp}", confirm_seed, ExpFolder(folder.confirm), f"exp {row.exp} confirm")
+                for k, confirmation in enumerate(folder.confirmations(), 1):
+                    add(f"exp {row.exp}", confirm_seed + k - 1, confirmation, f"exp {row.exp} confirm {k}")
                 if row.status == "keep":
                     best_code = f"exp {row.exp}"
         return estimate(runs)
@@ -389,15 +390,17 @@ class Run:
             else:
                 measured = [self.runner.measure(slots[0], ready[0].commit, seed)]
 
-            def confirm(i: int):
-                c = ready[i]
-                log.info("exp %d: %.3f is above the best %.3f but within the noise; confirming with seed %d",
-                         c.exp, measured[i].score, self.best_score, self.config.confirm_seed)
-                self.journal.stage(c.exp, "confirm")
-                return self.runner.measure(Slot(c.exp, ExpFolder(c.folder.confirm), f"exp {c.exp} confirm"),
-                                           c.commit, self.config.confirm_seed)
+            incumbent = self.incumbent()
 
-            verdicts = phase.judge_round(measured, self.incumbent(), confirm, [c.exp for c in ready])
+            def confirm(i: int, k: int):
+                c, seed = ready[i], incumbent.confirmation_seed(k)
+                log.info("exp %d: %.3f is above the best %.3f but within the noise; confirmation %d with seed %d",
+                         c.exp, measured[i].score, self.best_score, k, seed)
+                self.journal.stage(c.exp, f"confirm {k}")
+                return self.runner.measure(Slot(c.exp, c.folder.confirmation(k), f"exp {c.exp} confirm {k}"),
+                                           c.commit, seed)
+
+            verdicts = phase.judge_round(measured, incumbent, confirm, [c.exp for c in ready])
             for c, v in zip(ready, verdicts):
                 c.verdict = v
             self._check_run_files(ready)

@@ -2,8 +2,8 @@
 themselves (a Runner does) and never call back into the loop.
 
 - `TrainPhase.judge_round`: K candidates of one round, each measured once; the best that beats
-  the incumbent by more than the measured noise is kept (a win inside it is confirmed with a
-  second seed first; the thresholds are keep_rule's).
+  the incumbent by more than the measured noise is kept (a win inside it is confirmed with more
+  seeds first; the thresholds and when to stop confirming are keep_rule's).
 - `TranslatePhase.execute`: verify a translation (repair rounds from the verifier's report,
   through a `repair` function the loop supplies), benchmark it against the backend training
   uses now, keep it when verified and faster.
@@ -20,7 +20,7 @@ from envs_fast.protocol import sync_companion, translation_path
 
 from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log
-from .keep_rule import A_CONFIRM, A_OUTRIGHT, Noise, ScoredRun, first_look, second_look
+from .keep_rule import FUTILITY_T, LOOK_ALPHAS, Noise, ScoredRun, look
 from .results import RunFolder, Row
 from .runners.base import Measurement, Runner, Slot
 from .workspace import compile_errors, disallowed
@@ -32,7 +32,11 @@ class Incumbent:
     score: Optional[float]
     commit: str
     noise: Noise                          # seed-to-seed noise of a run's score, measured this night
-    seeds: tuple[int, int] = (1, 2)       # a candidate's train seed and confirmation seed
+    seeds: tuple[int, int] = (1, 2)       # a candidate's train seed and its first confirmation seed
+
+    def confirmation_seed(self, k: int) -> int:
+        """The seed of confirmation run k (1, 2, ...): the first confirmation seed, then the next ones."""
+        return self.seeds[1] + k - 1
 
 
 @dataclass
@@ -86,61 +90,64 @@ class TrainPhase(Phase):
         return [TRAIN_SCRIPT]
 
     def judge_round(self, measured: list[Measurement], incumbent: Incumbent,
-                    confirm: Callable[[int], Measurement], exps: Optional[list[int]] = None) -> list[Verdict]:
+                    confirm: Callable[[int, int], Measurement], exps: Optional[list[int]] = None) -> list[Verdict]:
         """One verdict per candidate (exps: their experiment numbers), each with its evidence in
-        `decision`. `confirm(i)` retrains candidate i with the confirmation seed; the pair it makes
-        joins the noise estimate for the rest of the round."""
+        `decision`. `confirm(i, k)` retrains candidate i with confirmation seed k (1, 2, ...); the
+        candidate's runs join the noise estimate for the rest of the round."""
         exps = exps or list(range(1, len(measured) + 1))
         verdicts: list[Optional[Verdict]] = [None] * len(measured)
         for i, m in enumerate(measured):
             if m.status:
                 verdicts[i] = verdict_of(m, m.status)
         best, noise = incumbent.score, incumbent.noise
-        seed, confirm_seed = incumbent.seeds
         kept: Optional[int] = None
         ranked = sorted((i for i, m in enumerate(measured) if not m.status), key=lambda i: -measured[i].score)
         for i in ranked:
             m = measured[i]
-            first = ScoredRun(f"exp {exps[i]}", seed, m.score, _se(m), f"exp {exps[i]}")
+            first = ScoredRun(f"exp {exps[i]}", incumbent.seeds[0], m.score, _se(m), f"exp {exps[i]}")
             record = {"exp": exps[i], "best": best, "incumbent": incumbent.commit,
-                      "alpha": {"outright": A_OUTRIGHT, "confirm": A_CONFIRM}, "first": asdict(first)}
+                      "rule": {"look_alphas": list(LOOK_ALPHAS), "futility_t": list(FUTILITY_T)},
+                      "noise_before": noise.evidence(), "looks": []}
             if kept is not None:
                 verdicts[i] = verdict_of(m, "discard", f"exp {exps[kept]} of the same round was kept "
                                                        f"({verdicts[kept].score:.3f})")
-                record["first_look"] = {"action": "discard", "note": verdicts[i].note}
+                record["looks"].append({"runs": [asdict(first)], "action": "discard", "note": verdicts[i].note})
             else:
-                before = noise.including(extra_se=[first.se])
-                look = first_look(m.score, best, before)
-                record.update(noise=before.evidence(), first_look=look.evidence())
-                if look.action != "confirm":
-                    verdicts[i] = verdict_of(m, look.action, look.note)
-                else:
-                    second = confirm(i)
-                    verdicts[i], noise = self._confirmed(m, second, first, best, noise, record, confirm_seed)
+                verdicts[i], noise = self._judge(m, first, best, noise, incumbent, record, lambda k: confirm(i, k))
             verdicts[i].decision = {**record, "status": verdicts[i].status}
             if verdicts[i].status == "keep":
                 kept = i
         return verdicts
 
-    def _confirmed(self, first: Measurement, second: Measurement, run: ScoredRun, best: float, noise: Noise,
-                   record: dict, confirm_seed: int) -> tuple[Verdict, Noise]:
-        """A win inside the noise, judged on the mean of two seeds; also the estimate with their pair."""
-        if second.status == "interrupted":
-            return verdict_of(first, "interrupted", "stopped during the confirmation run"), noise
-        if second.status:
-            v = verdict_of(first, "discard", f"confirmation run {second.status}: {second.note}")
-            v.failure, v.wall_s, v.compute_usd = second.failure, first.wall_s + second.wall_s, \
-                first.compute_usd + second.compute_usd
-            record["second"] = {"status": second.status, "note": second.note}
-            return v, noise
-        again = ScoredRun(run.code, confirm_seed, second.score, _se(second), f"{run.label} confirm")
-        after = noise.including([run, again])
-        look = second_look(first.score, second.score, best, after)
-        record.update(second=asdict(again), noise_with_this_pair=after.evidence(), second_look=look.evidence())
-        mean = (first.score + second.score) / 2
-        combined = Measurement(score=mean, env_steps=first.env_steps, sps=first.sps,
-                               wall_s=first.wall_s + second.wall_s, compute_usd=first.compute_usd + second.compute_usd)
-        return verdict_of(combined, look.action, look.note), after
+    def _judge(self, first: Measurement, run: ScoredRun, best: float, noise: Noise, incumbent: Incumbent,
+               record: dict, confirm: Callable[[int], Measurement]) -> tuple[Verdict, Noise]:
+        """One candidate: looks after its first run and after each confirmation run, until the rule
+        keeps or discards it. Returns the verdict (score: the mean of its runs) and the estimate
+        with its runs."""
+        runs, measurements = [run], [first]
+        while True:
+            after = noise.including(runs, [run.se])
+            decision = look([r.score for r in runs], best, after)
+            record["looks"].append({"runs": [asdict(r) for r in runs], "noise": after.evidence(), **decision.evidence()})
+            if decision.action != "confirm":
+                break
+            k = len(runs)
+            again = confirm(k)
+            measurements.append(again)
+            if again.status:
+                why = "stopped during" if again.status == "interrupted" else f"{again.status} in"
+                record["looks"].append({"confirmation": k, "status": again.status, "note": again.note})
+                v = verdict_of(first, "interrupted" if again.status == "interrupted" else "discard",
+                               f"{why} confirmation run {k}" + (f": {again.note}" if again.note else ""))
+                v.failure = again.failure or first.failure
+                v.wall_s, v.compute_usd = sum(x.wall_s for x in measurements), sum(x.compute_usd for x in measurements)
+                return v, noise.including(runs)
+            runs.append(ScoredRun(run.code, incumbent.confirmation_seed(k), again.score, _se(again),
+                                  f"{run.label} confirm {k}"))
+        combined = Measurement(score=sum(r.score for r in runs) / len(runs), env_steps=first.env_steps, sps=first.sps,
+                               wall_s=sum(x.wall_s for x in measurements),
+                               compute_usd=sum(x.compute_usd for x in measurements))
+        return verdict_of(combined, decision.action, decision.note), noise.including(runs)
 
 
 def _se(m: Measurement) -> float:

@@ -173,12 +173,11 @@ def _returns(folder: ExpFolder) -> Optional[np.ndarray]:
 
 def _eval_folders(run: RunFolder, exp: int, index: int) -> list[ExpFolder]:
     """The folders whose eval.json make a row's score: baseline run `index` of exp 0; an
-    experiment's own run plus its confirmation run when it had one."""
+    experiment's own run plus its confirmation runs when it had some."""
     if exp == 0:
         return [run.exp(0).run(index)]
     folder = run.exp(exp)
-    confirm = ExpFolder(folder.confirm)
-    return [folder, confirm] if confirm.eval_json.exists() else [folder]
+    return [folder] + [c for c in folder.confirmations() if c.eval_json.exists()]
 
 
 def _pooled(label: str, exp: Optional[int], folders: list[ExpFolder]) -> Optional[Sample]:

@@ -229,7 +229,7 @@ class ExpFolder:
     OUT = "out"                    # AUTORL_OUTPUT_DIR: the policy artifact
     DIFF = "diff.patch"
     FAILURE = "failure.txt"        # what the agent is shown next time
-    CONFIRM = "confirm"            # the confirmation run, an ExpFolder of its own
+    CONFIRM = "confirm"            # the first confirmation run, an ExpFolder of its own (confirm-2/, ... the next)
     DECISION = "decision.json"     # a train experiment's keep rule evidence: noise, pairs, thresholds
     TRANSLATE = "translate.json"   # a translate experiment's benchmark record
     BENCH = "bench.json"
@@ -252,6 +252,18 @@ class ExpFolder:
     def run(self, index: int) -> "ExpFolder":
         """Baseline run N (N >= 2) lives in a subfolder of experiment 0's."""
         return self if index <= 1 else ExpFolder(self.path / f"run-{index}")
+
+    def confirmation(self, k: int) -> "ExpFolder":
+        """Confirmation run k (1, 2, ...) of a train experiment."""
+        return ExpFolder(self.path / (self.CONFIRM if k <= 1 else f"{self.CONFIRM}-{k}"))
+
+    def confirmations(self) -> list["ExpFolder"]:
+        """The confirmation runs this experiment has, in order (they are made one after another)."""
+        found, k = [], 1
+        while self.confirmation(k).path.is_dir():
+            found.append(self.confirmation(k))
+            k += 1
+        return found
 
     def verify_round(self, round_: int) -> tuple[Path, Path]:
         return self.path / f"verify.r{round_}.json", self.path / f"verify.r{round_}.log"

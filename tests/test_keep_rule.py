@@ -8,8 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.keep_rule import (A_CONFIRM, A_OUTRIGHT, ScoredRun, estimate, first_look, second_look, simulate,
-                                    t_quantile)
+from orchestrator.keep_rule import LOOK_ALPHAS, MAX_RUNS, ScoredRun, estimate, look, simulate, t_quantile
 from orchestrator.loop import Run
 from orchestrator.results import ExpFolder, ResultsFile, Row, RunFolder
 
@@ -22,12 +21,15 @@ def test_simulated_error_rates_and_cost(capsys):
         gain = simulate(2.0, pairs, 4000, seed=1000 + pairs, sigma=7.0, se=0.5)
         table.append((pairs, null, gain))
         # No real improvement: kept at most 5% of the time, however few pairs the night has.
-        assert null.kept <= A_OUTRIGHT + A_CONFIRM, (pairs, null)
-        assert 1.0 < null.runs < 1.6 and 1.0 < gain.runs < 2.0  # the cost: runs per candidate
-    by_pairs = {pairs: gain for pairs, _, gain in table}
-    # A true gain of 2 sigma: kept >= 80% once the night has 10 pairs; less at the very start.
-    assert by_pairs[10].kept >= 0.80
-    assert by_pairs[1].kept >= 0.45 and by_pairs[1].kept < by_pairs[3].kept < by_pairs[10].kept
+        assert null.kept <= sum(LOOK_ALPHAS), (pairs, null)
+        # A true gain of 2 sigma: kept >= 80% of the time from the night's first pair on.
+        assert gain.kept >= 0.80, (pairs, gain)
+        # The cost, confirmations counted: runs per candidate.
+        assert 1.0 < null.runs < 2.0 and 1.0 < gain.runs < MAX_RUNS, (pairs, null, gain)
+    by_pairs = {pairs: (null, gain) for pairs, null, gain in table}
+    # More pairs, a sharper sigma: more real gains kept, and for fewer runs.
+    assert by_pairs[1][1].kept < by_pairs[3][1].kept < by_pairs[10][1].kept
+    assert by_pairs[1][1].runs > by_pairs[3][1].runs > by_pairs[10][1].runs
     with capsys.disabled():
         print("\nkeep rule, simulated (4000 candidates each): pairs | no gain: kept, runs | 2 sigma: kept, runs")
         for pairs, null, gain in table:
@@ -60,21 +62,37 @@ def test_identical_runs_do_not_make_the_noise_zero():
     standard error) and one pair's t quantile still ask a small win to be confirmed."""
     noise = estimate([ScoredRun("base", 1, 180.0, 4.0), ScoredRun("base", 2, 180.0, 4.0)]).including(extra_se=[4.0])
     assert noise.pooled == 0.0 and noise.sigma == pytest.approx(4.0)
-    assert first_look(180.0, 180.0, noise).action == "discard"
-    lucky = first_look(195.0, 180.0, noise)
-    assert lucky.action == "confirm" and lucky.threshold == pytest.approx(180 + t_quantile(1 - A_OUTRIGHT, 1) * 4.0)
+    assert look([180.0], 180.0, noise).action == "discard"
+    lucky = look([205.0], 180.0, noise)
+    assert lucky.action == "confirm" and lucky.threshold == pytest.approx(180 + t_quantile(1 - LOOK_ALPHAS[0], 1) * 4.0)
     # A candidate far beyond anything the noise explains is kept without confirmation.
-    assert first_look(500.0, 180.0, noise).action == "keep"
-    # The confirmation: the pair (195, 193) joins the estimate; the 2-seed mean must clear
-    # best + t(1 - A_CONFIRM, 2) * sigma / sqrt 2.
-    after = noise.including([ScoredRun("cand", 1, 195.0, 4.0), ScoredRun("cand", 2, 193.0, 4.0)])
-    look = second_look(195.0, 193.0, 180.0, after)
-    assert after.df == 2 and look.action == "keep"
-    assert look.threshold == pytest.approx(180 + t_quantile(1 - A_CONFIRM, 2) * after.sigma / math.sqrt(2))
-    assert "confirmed over 2 seeds: 195.000, 193.000" in look.note
-    worse = second_look(195.0, 166.0, 180.0, noise.including([ScoredRun("c", 1, 195.0, 4.0),
-                                                                ScoredRun("c", 2, 166.0, 4.0)]))
-    assert worse.action == "discard" and worse.note.startswith("not confirmed over 2 seeds")
+    assert look([1000.0], 180.0, noise).action == "keep"
+    # The confirmation: the pair (205, 203) joins the estimate; the 2-seed mean must clear
+    # best + t(1 - alpha_2, 2) * sigma / sqrt 2 (~201.6 here).
+    candidate = [ScoredRun("cand", 1, 205.0, 4.0), ScoredRun("cand", 2, 203.0, 4.0)]
+    after = noise.including(candidate)
+    second = look([205.0, 203.0], 180.0, after)
+    assert after.df == 2 and second.action == "keep"
+    assert second.threshold == pytest.approx(180 + t_quantile(1 - LOOK_ALPHAS[1], 2) * after.sigma / math.sqrt(2))
+    assert "confirmed over 2 seeds: 205.000, 203.000" in second.note
+    # A smaller 2-seed win (195, 193) is not yet evidence at this noise: one more run.
+    smaller = [ScoredRun("cand", 1, 195.0, 4.0), ScoredRun("cand", 2, 193.0, 4.0)]
+    assert look([195.0, 193.0], 180.0, noise.including(smaller)).action == "confirm"
+
+
+def test_confirming_stops_on_a_falling_mean_and_after_max_runs():
+    noise = estimate([ScoredRun("base", 1, 100.0), ScoredRun("base", 2, 120.0)])   # sigma ~14, 1 df
+    runs = [ScoredRun("c", 1, 125.0), ScoredRun("c", 2, 95.0)]                    # mean 110: t ~0.56 after 2 runs
+    falling = look([125.0, 95.0], 110.0, noise.including(runs))
+    assert falling.action == "discard" and "stopped confirming" in falling.note
+    rising = [ScoredRun("c", 1, 135.0), ScoredRun("c", 2, 132.0)]                # t ~2.4: worth a third run
+    assert look([135.0, 132.0], 110.0, noise.including(rising)).action == "confirm"
+    # The last look: a mean above the best but short of the threshold is a discard, not a 5th run.
+    last = [ScoredRun("c", s, score) for s, score in zip(range(1, MAX_RUNS + 1), (125.0, 112.0, 123.0, 116.0))]
+    final = look([r.score for r in last], 110.0, noise.including(last))
+    assert final.action == "discard" and f"{MAX_RUNS} runs at most" in final.note
+    # Bonferroni over the looks: the levels sum to 5%, each a stricter quantile than one look at 5%.
+    assert sum(LOOK_ALPHAS) == pytest.approx(0.05) and len(LOOK_ALPHAS) == MAX_RUNS
 
 
 def _eval(folder: ExpFolder, mean: float, se: float = 1.0) -> None:
@@ -97,19 +115,22 @@ def test_a_nights_pairs_baselines_confirmations_and_re_baselines(tmp_path):
     _eval(folder.exp(0), 100.0)
     _eval(folder.exp(0).run(2), 110.0)
     _eval(folder.exp(1), 120.0)
-    _eval(ExpFolder(folder.exp(1).confirm), 100.0)
+    _eval(folder.exp(1).confirmation(1), 100.0)
     _eval(folder.exp(2), 150.0)                     # kept outright: one run
     _eval(folder.exp(4), 140.0)                     # its re-baseline: seed 1 again, replaces it
     _eval(folder.exp(5), 160.0)
-    _eval(ExpFolder(folder.exp(5).confirm), 170.0)  # kept after confirmation
+    _eval(folder.exp(5).confirmation(1), 170.0)     # kept after two confirmations (seeds 2 and 3)
+    _eval(folder.exp(5).confirmation(2), 175.0)
     _eval(folder.exp(7), 999.0)
-    _eval(ExpFolder(folder.exp(7).confirm), 0.0)    # an invalid experiment's runs never count
-    _eval(folder.exp(9), 168.0)                     # re-baseline of exp 5: pairs with its confirmation
+    _eval(folder.exp(7).confirmation(1), 0.0)       # an invalid experiment's runs never count
+    _eval(folder.exp(9), 168.0)                     # re-baseline of exp 5: groups with its confirmations
     run = Run.__new__(Run)
     run.config, run.folder, run.results = SimpleNamespace(train_seeds=[1, 2], confirm_seed=2), folder, results
     noise = run.noise_estimate()
     assert [[r.label for r in g] for g in noise.groups] == [
-        ["exp 0 run 1", "exp 0 run 2"], ["exp 1", "exp 1 confirm"], ["exp 9 re-baseline", "exp 5 confirm"]]
-    assert noise.df == 3
-    assert noise.pooled == pytest.approx(math.sqrt((10 ** 2 / 2 + 20 ** 2 / 2 + 2 ** 2 / 2) / 3))
+        ["exp 0 run 1", "exp 0 run 2"], ["exp 1", "exp 1 confirm 1"],
+        ["exp 9 re-baseline", "exp 5 confirm 1", "exp 5 confirm 2"]]
+    assert [r.seed for r in noise.groups[2]] == [1, 2, 3]
+    assert noise.df == 4  # 1 + 1 + 2
+    assert noise.pooled == pytest.approx(math.sqrt((10 ** 2 / 2 + 20 ** 2 / 2 + (3 ** 2 + 1 ** 2 + 4 ** 2)) / 4))
     assert run.noise == noise.sigma

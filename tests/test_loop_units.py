@@ -60,13 +60,15 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
     # Baseline: seed 1 scores ~145, seed 2 ~260: best is their mean (~200); one pair: sigma ~80.
     repo = autorl_repo(seed_dependent({1: 1.0, 2: 0.5}))
     replay = write_replay(tmp_path / "replay", {
-        # ~260 with seed 1: a win inside the noise; seed 2 gives ~9, so the mean is no win (and the
-        # pair 260/9 raises sigma to ~136 over 2 pairs).
-        1: {"candidate/train.py": seed_dependent({1: 0.5, 2: 5.0}), "DESCRIPTION": "lucky seed", "COST_USD": "0.5"},
-        # 500 with seed 1: above the best but inside the noise of 2 pairs, so confirmed with seed 2:
-        # 500 again, a mean beyond best + t(0.96, 3 pairs) * sigma / sqrt 2 (~400). (A 260 then 500,
-        # kept by the former rule "the 2-seed mean beats the best", is no evidence at this noise.)
-        2: {"candidate/train.py": seed_dependent({1: 0.0, 2: 0.0}), "DESCRIPTION": "real gain", "COST_USD": "0.5"},
+        # ~260 with seed 1: a win inside the noise; seed 2 gives ~9, so the mean is below the best:
+        # discarded after one confirmation (and the pair 260/9 raises sigma to ~136 over 2 pairs).
+        1: {"candidate/train.py": seed_dependent({1: 0.5, 2: 5.0, 3: 5.0, 4: 5.0}), "DESCRIPTION": "lucky seed",
+            "COST_USD": "0.5"},
+        # 500 with every seed: above the best but inside the noise of 2 pairs, so confirmed run by run
+        # until the mean clears best + t(1 - alpha_n, df) * sigma / sqrt n. (A 260 then 500, kept by
+        # the former rule "the 2-seed mean beats the best", is no evidence at this noise.)
+        2: {"candidate/train.py": seed_dependent({1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}), "DESCRIPTION": "real gain",
+            "COST_USD": "0.5"},
         3: {"candidate/train.py": seed_dependent({1: 0.0, 2: 0.0}), "DESCRIPTION": "never run"},
     })
     agents = []
@@ -87,25 +89,36 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
     assert rows["best"][1] == pytest.approx((base1 + base2) / 2, abs=1e-3)
     lucky, real = rows.iloc[2], rows.iloc[3]
     assert "not confirmed over 2 seeds" in lucky["description"] and lucky["score"] < rows["best"][1]
-    assert "confirmed over 2 seeds" in real["description"]
-    assert real["score"] == 500.0 and real["best"] == real["score"]
     run_dir = repo / "results" / "noisy"
-    assert (run_dir / "exp-0002" / "confirm" / "train.log").exists()
-    # The evidence: every same-code pair of the night so far, sigma, thresholds, the decision.
+    # The evidence: every same-code pair of the night so far, sigma, thresholds, each look's decision.
     lucky_decision = json.loads((run_dir / "exp-0001" / "decision.json").read_text())
-    assert lucky_decision["status"] == "discard" and lucky_decision["first_look"]["action"] == "confirm"
-    assert lucky_decision["noise"]["df"] == 1 and lucky_decision["noise_with_this_pair"]["df"] == 2
+    assert lucky_decision["status"] == "discard"
+    assert [look["action"] for look in lucky_decision["looks"]] == ["confirm", "discard"]
+    assert [look["noise"]["df"] for look in lucky_decision["looks"]] == [1, 2]
     decision = json.loads((run_dir / "exp-0002" / "decision.json").read_text())
-    assert decision["status"] == "keep" and decision["second_look"]["action"] == "keep"
-    assert decision["noise"]["df"] == 2 and decision["noise_with_this_pair"]["df"] == 3
-    groups = decision["noise_with_this_pair"]["groups"]
+    looks = decision["looks"]
+    assert decision["status"] == "keep" and looks[-1]["action"] == "keep"
+    assert all(look["action"] == "confirm" for look in looks[:-1]) and len(looks) >= 2
+    n = len(looks)  # runs it took: each confirmation adds one df to the estimate
+    assert [look["noise"]["df"] for look in looks] == [2 + k for k in range(n)]
+    assert f"confirmed over {n} seeds" in real["description"]
+    assert real["score"] == 500.0 and real["best"] == real["score"]
+    assert (run_dir / "exp-0002" / "confirm" / "train.log").exists()
+    assert [p.name for p in sorted((run_dir / "exp-0002").glob("confirm*"))] == \
+        ["confirm"] + [f"confirm-{k}" for k in range(2, n)]
+    groups = looks[-1]["noise"]["groups"]
     assert [[run["label"] for run in group] for group in groups] == [
-        ["exp 0 run 1", "exp 0 run 2"], ["exp 1", "exp 1 confirm"], ["exp 2", "exp 2 confirm"]]
-    assert decision["first"]["score"] == 500.0 and decision["second"]["score"] == 500.0
+        ["exp 0 run 1", "exp 0 run 2"], ["exp 1", "exp 1 confirm 1"],
+        ["exp 2"] + [f"exp 2 confirm {k}" for k in range(1, n)]]
+    assert [run["seed"] for run in looks[-1]["runs"]] == list(range(1, n + 1))
+    assert [run["score"] for run in looks[-1]["runs"]] == [500.0] * n
     assert decision["best"] == pytest.approx(rows["best"][1], abs=1e-3)
-    assert decision["noise"]["sigma"] == pytest.approx(
-        math.sqrt(((base2 - base1) ** 2 / 2 + (lucky_decision["first"]["score"] - lucky_decision["second"]["score"]) ** 2
-                   / 2) / 2), rel=1e-3)
+    lucky_runs = lucky_decision["looks"][-1]["runs"]
+    assert looks[0]["noise"]["sigma"] == pytest.approx(
+        math.sqrt(((base2 - base1) ** 2 / 2 + (lucky_runs[0]["score"] - lucky_runs[1]["score"]) ** 2 / 2) / 2),
+        rel=1e-3)
+    # The rule's thresholds, as the evidence states them: the keep cleared the last look's.
+    assert 500.0 > looks[-1]["threshold"] and 500.0 <= looks[-2]["threshold"]
     # The failed turn's cost is charged to the experiment that followed; the cap ended the night.
     assert rows["cost_usd"].tolist() == [0.0, 0.0, 0.75, 0.5]
     assert agents[0].calls == 3
