@@ -3,11 +3,15 @@
 It proposes new values for the constants in train.py's hyperparameter block (the lines between
 `# >>> hyperparameters` and `# <<< hyperparameters`) and edits nothing else. The search is local:
 each trial starts from the best configuration so far (the block of the worktree's train.py, which
-the loop resets to the best commit before every proposal) and changes one or two constants by a
-step (half an octave or an octave for rates and sizes, a neighbouring choice for powers of two, a
-flip for a flag), never a configuration tried before. The longer the best stays put, the wider the
-trials go: every WIDEN_EVERY trials around the same best allow one more constant and one more
-step. A keep moves the best, and the next trials are around it again.
+the loop resets to the best commit before every proposal) and changes constants by steps on their
+own scales (half an octave for rates and sizes, a sixteenth of the range for signed constants),
+never a configuration tried before. The first trials around a best move one constant by one
+step; the coarse moves (a flag flipped, a power of two doubled or halved, another choice) wait for
+the second radius. The longer the best stays put, the wider the trials go: every WIDEN_EVERY
+trials around the same best allow one more constant and one more step. A keep moves the best, and
+the next trials are around it again. (At a 60 s BipedalWalker budget, halving HIDDEN_SIZE or
+turning ANNEAL_LR off as a first move left policies that fall: a first hour spent far from the
+best.)
 
 The neighbourhood is an Optuna sampler (`LocalSearch`, on the `BaseSampler` interface) driven by
 ask/tell, so the study in results/<tag>/optuna.db holds everything (the space derived once from
@@ -207,6 +211,12 @@ def clip(value, dist: BaseDistribution):
     return min(max(value, dist.low), dist.high)
 
 
+def coarse(dist: BaseDistribution) -> bool:
+    """A constant whose smallest move is large (a flag, a power of two, a list of choices): it
+    moves from radius 2 on."""
+    return isinstance(dist, CategoricalDistribution)
+
+
 def neighbour(value, dist: BaseDistribution, steps: int, rng: random.Random):
     """`value` moved by `steps` half-octaves (up or down at random) in the constant's own scale,
     inside its bounds; the same value when no move is possible that way."""
@@ -230,15 +240,16 @@ def neighbour(value, dist: BaseDistribution, steps: int, rng: random.Random):
         moved = 1 - (1 - value) * 2 ** (-sign * steps / 2)
     elif dist.log:  # rates and other positive scales: half-octave steps
         moved = value * 2 ** (sign * steps / 2)
-    else:  # signed or zero-based (entropy coefficient, log-std): eighths of the range
-        moved = value + sign * steps * (high - low) / 8
+    else:  # signed or zero-based (entropy coefficient, log-std): sixteenths of the range
+        moved = value + sign * steps * (high - low) / 16
     return _rounded(min(max(moved, low), high))
 
 
 class LocalSearch(optuna.samplers.BaseSampler):
     """Optuna sampler: a neighbour of the best configuration (`centre`, set before each ask) not
     tried before in the study. Trials around the same centre so far set the radius: 1 + that
-    count // WIDEN_EVERY; a trial changes 1 to radius + 1 constants, each by 1 to radius + 1 steps.
+    count // WIDEN_EVERY; a trial changes 1 to radius constants, each by 1 to radius steps, coarse
+    constants only from radius 2 (a radius with no new neighbour left widens to the next).
     `space` (name -> distribution) is what may change; the agent sets both before asking."""
 
     def __init__(self, seed: Optional[int] = None):
@@ -263,16 +274,16 @@ class LocalSearch(optuna.samplers.BaseSampler):
         tried.add(key_of(centre))
         around = sum(1 for t in trials if t.user_attrs.get("centre") == centre_key)
         radius = min(MAX_RADIUS, 1 + around // WIDEN_EVERY)
-        names = sorted(search_space)
         while radius <= MAX_RADIUS:
-            for _ in range(200):
-                count = self.rng.randint(1, min(len(names), radius + 1))
+            names = sorted(n for n in search_space if radius >= 2 or not coarse(search_space[n]))
+            for _ in range(200 if names else 0):
+                count = self.rng.randint(1, min(len(names), radius))
                 params = dict(centre)
                 for name in self.rng.sample(names, count):
-                    steps = self.rng.randint(1, radius + 1)
+                    steps = self.rng.randint(1, radius)
                     params[name] = neighbour(centre[name], search_space[name], steps, self.rng)
                 if key_of(params) not in tried:
-                    changed = [n for n in names if format_value(params[n]) != format_value(centre[n])]
+                    changed = [n for n in sorted(params) if format_value(params[n]) != format_value(centre[n])]
                     self.last = {"centre": centre_key, "radius": radius, "changed": changed}
                     return params
             radius += 1
