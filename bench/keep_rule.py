@@ -4,7 +4,8 @@
 
 For each number of same-code pairs the night has produced so far, candidates whose true score
 is the best's (no gain) or the best's + 2 sigma are judged by the rule; prints how often each is
-kept and the mean number of train runs per candidate (1 + confirmations). Two settings of the
+kept, the mean number of train runs per candidate (1 + confirmations) and how often the gain is
+kept on its first run. Two settings of the
 best: the reference the rule compares against (what the rule's levels are about), and the mean
 of 2 runs of code as good as the best (a night's start: the baseline), whose own noise adds to
 the comparison.
@@ -27,7 +28,7 @@ def main() -> int:
     args = parser.parse_args()
     for best_runs, title in ((0, "best = the reference"), (2, "best = mean of 2 runs (the baseline)")):
         print(f"{title}; {args.trials} candidates per cell")
-        print("  pairs | no gain: kept  runs | +2 sigma: kept  runs  outright")
+        print("  pairs | no gain: kept  runs | +2 sigma: kept  runs  first run")
         for pairs in (1, 2, 3, 5, 8, 10, 20, 40):
             null = simulate(0.0, pairs, args.trials, seed=pairs, se=args.se, best_runs=best_runs)
             gain = simulate(2.0, pairs, args.trials, seed=10_000 + pairs, se=args.se, best_runs=best_runs)
