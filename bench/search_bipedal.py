@@ -12,6 +12,11 @@ against the better of its two runs); then one JSON line with the figures. It tak
 (2 + N * 1.5) budgets plus evaluation (~15-25 minutes at the defaults on 2 cores).
 `--summarize RUN_DIR` prints the figures of a finished run folder.
 
+`--null-runs K` then retrains the unchanged baseline K more times (seeds 3, 4, ...; scored by the
+harness with the run's held-out seed) and counts them against the same 20% band, side by side:
+how often the baseline itself lands there is the ceiling of the first target at this budget on
+this machine (each adds one budget plus evaluation).
+
 Targets (issue 14): at least half of the experiments within 20% of the baseline; the best
 beats the baseline.
 """
@@ -42,6 +47,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary clone")
     parser.add_argument("--extra", default="", help="more `run` options, e.g. '--eval-workers 1'")
     parser.add_argument("--summarize", metavar="RUN_DIR", help="only print the figures of a finished run folder")
+    parser.add_argument("--null-runs", type=int, default=0, help="retrain the unchanged baseline K more times")
     args = parser.parse_args()
     if args.summarize:
         rows = pd.read_csv(Path(args.summarize) / "results.tsv", sep="\t", dtype={"commit": str})
@@ -73,6 +79,8 @@ def main() -> int:
     figures = summarize(rows)
     figures.update(env=args.env, budget_s=args.budget, tag=tag, wall_s=round(wall), exit=run.returncode)
     print_table(rows, figures)
+    if args.null_runs:
+        figures.update(null_runs(root, root / "results" / tag, args, figures["baseline"]))
     print(json.dumps(figures))
     if scratch is not None and not args.keep:
         kept = REPO / "results" / tag  # the run folder is worth keeping; the clone is not
@@ -81,6 +89,28 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
         print(f"run folder copied to {kept}")
     return 0 if run.returncode == 0 else 1
+
+
+def null_runs(root: Path, run_dir: Path, args, baseline: float) -> dict:
+    """The shipped train.py retrained with seeds 3, 4, ... (bench/baseline.py in the run's clone,
+    evaluated with the run's held-out seed): the same band as the experiments, for the baseline."""
+    eval_seed = json.loads((run_dir / "run.json").read_text())["eval_seed"]
+    scores = []
+    for seed in range(3, 3 + args.null_runs):
+        done = subprocess.run([sys.executable, "bench/baseline.py", args.env, f"{args.budget:g}", "--seed", str(seed),
+                               "--eval-seed", str(eval_seed)], cwd=root, capture_output=True, text=True)
+        if done.returncode != 0:
+            print(f"null run seed {seed} failed: {done.stderr.strip()[-300:]}", file=sys.stderr)
+            continue
+        result = json.loads(done.stdout.strip().splitlines()[-1])
+        scores.append(round(result["mean"], 3))
+        print(f"baseline again, seed {seed}: {result['mean']:.1f} ({result['env_steps']} steps, {result['sps']:.0f} sps)",
+              flush=True)
+    band = 0.2 * abs(baseline)
+    within = sum(abs(x - baseline) <= band for x in scores)
+    not_worse = sum(x >= baseline - band for x in scores)
+    print(f"the unchanged baseline: within 20% {within} of {len(scores)}; not more than 20% below {not_worse}")
+    return {"null_scores": scores, "null_within_20pct": within, "null_not_below_80pct": not_worse}
 
 
 def summarize(rows: pd.DataFrame) -> dict:
