@@ -52,6 +52,12 @@ MAX_RUNS = len(LOOK_ALPHAS)                  # a candidate's runs at most: 1 + 3
 MIN_SIGMA = 1e-9       # sigma when every run and every evaluation agree exactly
 
 
+def confirmation_seed(first: int, k: int) -> int:
+    """The train seed of a candidate's confirmation run k (1, 2, ...): `first` (the run's
+    confirm_seed), then the next seeds."""
+    return first + k - 1
+
+
 @dataclass
 class ScoredRun:
     """One train run of some code, scored by the harness."""

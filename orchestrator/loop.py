@@ -27,7 +27,7 @@ from .disk import DiskSpace, is_disk_full
 from .guard import Guard
 from .report import refresh as refresh_report
 from .inflight import InFlight, recorded
-from .keep_rule import Noise, ScoredRun, estimate, write_decision
+from .keep_rule import Noise, ScoredRun, confirmation_seed, estimate, write_decision
 from .phases import (PHASES, Incumbent, Phase, Repair, TrainPhase, TranslatePhase, TranslateTrial, Verdict,
                      translate_languages)
 from .results import ExpFolder, ResultsFile, Row, RunFolder, compact_table, summarize
@@ -117,7 +117,8 @@ class Run:
             else:
                 add(f"exp {row.exp}", seed, folder, f"exp {row.exp}")
                 for k, confirmation in enumerate(folder.confirmations(), 1):
-                    add(f"exp {row.exp}", confirm_seed + k - 1, confirmation, f"exp {row.exp} confirm {k}")
+                    add(f"exp {row.exp}", confirmation_seed(confirm_seed, k), confirmation,
+                        f"exp {row.exp} confirm {k}")
                 if row.status == "keep":
                     best_code = f"exp {row.exp}"
         return estimate(runs)

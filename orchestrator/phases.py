@@ -20,7 +20,7 @@ from envs_fast.protocol import sync_companion, translation_path
 
 from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log
-from .keep_rule import FUTILITY_T, LOOK_ALPHAS, Noise, ScoredRun, look
+from .keep_rule import FUTILITY_T, LOOK_ALPHAS, Noise, ScoredRun, confirmation_seed, look
 from .results import RunFolder, Row
 from .runners.base import Measurement, Runner, Slot
 from .workspace import compile_errors, disallowed
@@ -36,7 +36,7 @@ class Incumbent:
 
     def confirmation_seed(self, k: int) -> int:
         """The seed of confirmation run k (1, 2, ...): the first confirmation seed, then the next ones."""
-        return self.seeds[1] + k - 1
+        return confirmation_seed(self.seeds[1], k)
 
 
 @dataclass
