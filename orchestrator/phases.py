@@ -106,29 +106,29 @@ class TrainPhase(Phase):
             m = measured[i]
             first = ScoredRun(f"exp {exps[i]}", incumbent.seeds[0], m.score, _se(m), f"exp {exps[i]}")
             record = {"exp": exps[i], "best": best, "incumbent": incumbent.commit,
-                      "rule": {"look_alphas": list(LOOK_ALPHAS), "futility_t": list(FUTILITY_T)},
-                      "noise_before": noise.evidence(), "looks": []}
+                      "rule": {"look_alphas": list(LOOK_ALPHAS), "futility_t": list(FUTILITY_T)}, "looks": []}
             if kept is not None:
                 verdicts[i] = verdict_of(m, "discard", f"exp {exps[kept]} of the same round was kept "
                                                        f"({verdicts[kept].score:.3f})")
                 record["looks"].append({"runs": [asdict(first)], "action": "discard", "note": verdicts[i].note})
             else:
-                verdicts[i], noise = self._judge(m, first, best, noise, incumbent, record, lambda k: confirm(i, k))
+                verdicts[i], noise = self._judge(m, first, noise, incumbent, record, lambda k: confirm(i, k))
             verdicts[i].decision = {**record, "status": verdicts[i].status}
             if verdicts[i].status == "keep":
                 kept = i
         return verdicts
 
-    def _judge(self, first: Measurement, run: ScoredRun, best: float, noise: Noise, incumbent: Incumbent,
-               record: dict, confirm: Callable[[int], Measurement]) -> tuple[Verdict, Noise]:
+    def _judge(self, first: Measurement, run: ScoredRun, noise: Noise, incumbent: Incumbent, record: dict,
+               confirm: Callable[[int], Measurement]) -> tuple[Verdict, Noise]:
         """One candidate: looks after its first run and after each confirmation run, until the rule
         keeps or discards it. Returns the verdict (score: the mean of its runs) and the estimate
         with its runs."""
         runs, measurements = [run], [first]
         while True:
             after = noise.including(runs, [run.se])
-            decision = look([r.score for r in runs], best, after)
-            record["looks"].append({"runs": [asdict(r) for r in runs], "noise": after.evidence(), **decision.evidence()})
+            decision = look([r.score for r in runs], incumbent.score, after)
+            record["looks"].append({"runs": [asdict(r) for r in runs], "noise": after.evidence(),
+                                    **decision.evidence()})
             if decision.action != "confirm":
                 break
             k = len(runs)
