@@ -146,9 +146,9 @@ def look(scores: list[float], best: float, noise: Noise) -> Decision:
     if mean > threshold:
         verb = "beats" if n == 1 else "confirmed over"
         return Decision("keep", threshold, f"{verb} {runs} > {gap}")
-    if n == 1 and mean <= best:
-        return Decision("discard", threshold, f"not above best {best:.3f}")
     if n >= MAX_RUNS or t <= FUTILITY_T[n - 1]:
+        if n == 1 and mean <= best:  # the common case, said short
+            return Decision("discard", threshold, f"not above best {best:.3f}")
         why = f"t {t:.2f} <= {FUTILITY_T[n - 1]:g}, stopped confirming" if n < MAX_RUNS else f"{n} runs at most"
         return Decision("discard", threshold, f"not confirmed over {runs} <= {gap}; {why}")
     return Decision("confirm", threshold, f"{runs} is above best {best:.3f} but not above {threshold:.3f} "
