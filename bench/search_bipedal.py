@@ -106,11 +106,15 @@ def null_runs(root: Path, run_dir: Path, args, baseline: float) -> dict:
         scores.append(round(result["mean"], 3))
         print(f"baseline again, seed {seed}: {result['mean']:.1f} ({result['env_steps']} steps, {result['sps']:.0f} sps)",
               flush=True)
-    band = 0.2 * abs(baseline)
-    within = sum(abs(x - baseline) <= band for x in scores)
-    not_worse = sum(x >= baseline - band for x in scores)
+    within, not_worse = in_band(pd.Series(scores, dtype=float), baseline)
     print(f"the unchanged baseline: within 20% {within} of {len(scores)}; not more than 20% below {not_worse}")
     return {"null_scores": scores, "null_within_20pct": within, "null_not_below_80pct": not_worse}
+
+
+def in_band(scores: pd.Series, baseline: float) -> tuple[int, int]:
+    """How many scores are within 20% of the baseline, and how many not more than 20% below it."""
+    band = 0.2 * abs(baseline)
+    return int(((scores - baseline).abs() <= band).sum()), int((scores >= baseline - band).sum())
 
 
 def summarize(rows: pd.DataFrame) -> dict:
@@ -118,9 +122,7 @@ def summarize(rows: pd.DataFrame) -> dict:
     baseline = float(baseline_rows["score"].mean())
     experiments = rows[rows["exp"] > 0]
     scores = experiments["score"].dropna()
-    band = 0.2 * abs(baseline)
-    within = int(((scores - baseline).abs() <= band).sum())
-    not_worse = int((scores >= baseline - band).sum())
+    within, not_worse = in_band(scores, baseline)
     best = float(scores.max()) if len(scores) else None
     return {"baseline": round(baseline, 3), "baseline_runs": [round(float(s), 3) for s in baseline_rows["score"]],
             "experiments": int(len(experiments)), "scored": int(len(scores)), "within_20pct": within,
