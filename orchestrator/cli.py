@@ -351,7 +351,8 @@ def _report(args) -> int:
 
 def _transfer(args) -> int:
     from . import report
-    from .transfer import TransferError, load_frame, run_transfer, summary_text
+    from .transfer import TransferError, run_transfer
+    from .transfer_table import load_frame, summary_text
     from .workspace import WorkspaceError
 
     try:

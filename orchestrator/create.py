@@ -26,7 +26,7 @@ from .config import RunError
 from .daemon import RunLock, lock_holder, log, setup_logging
 from .envcheck import Check, CheckReport
 from .envfolder import ENVS, NAME_PATTERN, env_id_for
-from .results import utc_now
+from .results import read_json, utc_now
 from .sandbox import Sandbox, Walls
 from .workspace import Workspace, WorkspaceError, disallowed, repo_root
 
@@ -62,7 +62,7 @@ class CreateFolder:
         """A fresh folder; an earlier attempt's is moved aside (returned) so nothing is lost."""
         moved = None
         if self.path.exists():
-            record = _read_json(self.record)
+            record = read_json(self.record)
             moved = self.path.with_name(f"{self.path.name}.{(record.get('started') or utc_now()).replace(':', '')}")
             while moved.exists():
                 moved = moved.with_name(moved.name + "_")
@@ -71,7 +71,7 @@ class CreateFolder:
         return moved
 
     def write_record(self, **fields) -> None:
-        data = {**_read_json(self.record), **fields}
+        data = {**read_json(self.record), **fields}
         tmp = self.record.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(data, indent=1) + "\n")
         tmp.replace(self.record)
@@ -197,7 +197,7 @@ def check_round(workspace: Workspace, commit: str, base: str, name: str, round_d
             walls=Walls(cwd=out, read_only=[source, checker], writable=[out],
                         hidden=[workspace.main_root, round_dir.parent]),
             sandbox=Sandbox(sandbox))
-        data = _read_json(out / "check.json")
+        data = read_json(out / "check.json")
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     if data.get("checks"):
@@ -283,9 +283,3 @@ def _prompt_text(root: Path, name: str, description: str) -> str:
 def _snapshots(workspace: Workspace) -> Path:
     return workspace.main_root / "runs" / ".snapshots" / workspace.tag
 
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}

@@ -30,7 +30,7 @@ from .inflight import InFlight, recorded
 from .keep_rule import Noise, ScoredRun, confirmation_seed, estimate, write_decision
 from .phases import (PHASES, Incumbent, Phase, Repair, TrainPhase, TranslatePhase, TranslateTrial, Verdict,
                      translate_languages)
-from .results import ExpFolder, ResultsFile, Row, RunFolder, compact_table, summarize
+from .results import ExpFolder, ResultsFile, Row, RunFolder, compact_table, read_json, summarize
 from .runners import Runner, Slot, cancel_handle
 from .workspace import Workspace
 
@@ -97,7 +97,7 @@ class Run:
         runs: list[ScoredRun] = []
 
         def add(code: str, seed: int, folder: ExpFolder, label: str) -> None:
-            result = _read_json(folder.eval_json)
+            result = read_json(folder.eval_json)
             try:
                 runs.append(ScoredRun(code, seed, float(result["mean"]), float(result.get("se") or 0.0), label))
             except (KeyError, TypeError, ValueError):
@@ -593,9 +593,3 @@ class Run:
                 f"experiments ({counts}); cost ${s['cost_usd']:.2f}" if s["best"] is not None
                 else f"no score yet; {counts}")
 
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}

@@ -21,7 +21,7 @@ from envs_fast.protocol import sync_companion, translation_path
 from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log
 from .keep_rule import FUTILITY_T, LOOK_ALPHAS, Noise, ScoredRun, confirmation_seed, look
-from .results import RunFolder, Row
+from .results import RunFolder, Row, read_json
 from .runners.base import Measurement, Runner, Slot
 from .workspace import compile_errors, disallowed
 
@@ -234,7 +234,7 @@ class TranslatePhase(Phase):
     def wants_turn(self, rows: list[Row], folder: RunFolder, target_speedup: float, patience: int) -> bool:
         kept = [r for r in rows if r.phase == self.name and r.status == "keep"]
         if kept:
-            record = _read_json(folder.exp(kept[-1].exp).translate)
+            record = read_json(folder.exp(kept[-1].exp).translate)
             if record.get("ratio", 0.0) >= target_speedup:
                 return False
         since_gain = [r for r in rows if r.phase == self.name and r.status not in ("keep", "interrupted")
@@ -316,12 +316,6 @@ def _spec_name(spec: str) -> str:
         return "the kept Rust translation"
     return {"reference": "gymnasium vector env"}.get(spec, spec)
 
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def _first_line(text: str) -> str:

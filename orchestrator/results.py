@@ -2,6 +2,7 @@
 names of every file in a run folder `results/<tag>/` and an experiment folder `exp-NNNN/`."""
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -291,3 +292,12 @@ class ScheduleFolder:
 __all__ = ["RunFolder", "ExpFolder", "ScheduleFolder", "COLUMNS", "HEADER", "STATUSES", "Row", "ResultsFile",
            "summarize", "compact_table",
            "utc_now", "one_line"]
+
+
+def read_json(path: Path) -> dict:
+    """A run-folder JSON file as a dict; {} when it is missing, torn or not an object."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}

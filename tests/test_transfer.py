@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from orchestrator.transfer import COLUMNS, read_rows
+from orchestrator.transfer_table import COLUMNS, read_rows
 from tests.conftest import FAST, TINY_TRAIN_PY, run_daemon, tiny_train_py, write_replay
 
 
