@@ -46,6 +46,9 @@ from typing import Optional
 
 from scipy import stats
 
+from .config import BASELINE_RUNS
+from .results import Row, RunFolder, read_json
+
 LOOK_ALPHAS = (0.002, 0.008, 0.015, 0.025)  # false keeps allowed to each look: 5% in all
 FUTILITY_T = (0.0, 1.0, 1.5)                 # t at or below which a look stops confirming
 MAX_RUNS = len(LOOK_ALPHAS)                  # a candidate's runs at most: 1 + 3 confirmations
@@ -115,6 +118,43 @@ def estimate(runs: list[ScoredRun], extra_se: Optional[list[float]] = None) -> N
     floor = math.sqrt(sum(s * s for s in ses) / len(ses)) if ses else 0.0
     sigma = max(pooled or 0.0, floor, MIN_SIGMA)
     return Noise(sigma, pooled, df, floor, groups, list(extra_se or []))
+
+
+def night_noise(rows: list[Row], folder: RunFolder, train_seeds: list[int], confirm_seed: int) -> Noise:
+    """The estimate from every run of the night so far (results.tsv's rows and each run's
+    eval.json): the baseline runs; each train candidate with its confirmations; a re-baseline,
+    which retrains the best train.py with the train seed (replacing that seed's run: the backend
+    changed) and so pairs with the best's runs of other seeds. The loop judges with it; the
+    report shows it."""
+    seed = train_seeds[0]
+    runs: list[ScoredRun] = []
+
+    def add(code: str, seed: int, run_folder, label: str) -> None:
+        result = read_json(run_folder.eval_json)
+        try:
+            runs.append(ScoredRun(code, seed, float(result["mean"]), float(result.get("se") or 0.0), label))
+        except (KeyError, TypeError, ValueError):
+            pass
+
+    best_code, baselines = "exp 0", 0
+    for row in rows:
+        if row.phase != "train" or row.status not in ("baseline", "keep", "discard"):
+            continue
+        exp_folder = folder.exp(row.exp)
+        if row.exp == 0:
+            baselines += 1
+            add(best_code, train_seeds[min(baselines, BASELINE_RUNS) - 1], exp_folder.run(baselines),
+                f"exp 0 run {baselines}")
+        elif row.status == "baseline":
+            add(best_code, seed, exp_folder, f"exp {row.exp} re-baseline")
+        else:
+            add(f"exp {row.exp}", seed, exp_folder, f"exp {row.exp}")
+            for k, confirmation in enumerate(exp_folder.confirmations(), 1):
+                add(f"exp {row.exp}", confirmation_seed(confirm_seed, k), confirmation,
+                    f"exp {row.exp} confirm {k}")
+            if row.status == "keep":
+                best_code = f"exp {row.exp}"
+    return estimate(runs)
 
 
 @lru_cache(maxsize=None)

@@ -27,10 +27,10 @@ from .disk import DiskSpace, is_disk_full
 from .guard import Guard
 from .report import refresh as refresh_report
 from .inflight import InFlight, recorded
-from .keep_rule import Noise, ScoredRun, confirmation_seed, estimate, write_decision
+from .keep_rule import Noise, night_noise, write_decision
 from .phases import (PHASES, Incumbent, Phase, Repair, TrainPhase, TranslatePhase, TranslateTrial, Verdict,
                      translate_languages)
-from .results import ExpFolder, ResultsFile, Row, RunFolder, compact_table, read_json, summarize
+from .results import ExpFolder, ResultsFile, Row, RunFolder, compact_table, summarize
 from .runners import Runner, Slot, cancel_handle
 from .workspace import Workspace
 
@@ -89,39 +89,7 @@ class Run:
         return self.noise_estimate().sigma
 
     def noise_estimate(self) -> Noise:
-        """The keep rule's estimate from the runs of the same train.py with different seeds:
-        the baseline runs; each candidate and its confirmations; a re-baseline, which retrains the
-        best train.py with the train seed (replacing that seed's run: the backend changed) and so
-        pairs with the best's runs of other seeds."""
-        seed, confirm_seed = self.config.train_seeds[0], self.config.confirm_seed
-        runs: list[ScoredRun] = []
-
-        def add(code: str, seed: int, folder: ExpFolder, label: str) -> None:
-            result = read_json(folder.eval_json)
-            try:
-                runs.append(ScoredRun(code, seed, float(result["mean"]), float(result.get("se") or 0.0), label))
-            except (KeyError, TypeError, ValueError):
-                pass
-
-        best_code, baselines = "exp 0", 0
-        for row in self.rows():
-            if row.phase != "train" or row.status not in ("baseline", "keep", "discard"):
-                continue
-            folder = self.folder.exp(row.exp)
-            if row.exp == 0:
-                baselines += 1
-                add(best_code, self.config.train_seeds[min(baselines, BASELINE_RUNS) - 1], folder.run(baselines),
-                    f"exp 0 run {baselines}")
-            elif row.status == "baseline":
-                add(best_code, seed, folder, f"exp {row.exp} re-baseline")
-            else:
-                add(f"exp {row.exp}", seed, folder, f"exp {row.exp}")
-                for k, confirmation in enumerate(folder.confirmations(), 1):
-                    add(f"exp {row.exp}", confirmation_seed(confirm_seed, k), confirmation,
-                        f"exp {row.exp} confirm {k}")
-                if row.status == "keep":
-                    best_code = f"exp {row.exp}"
-        return estimate(runs)
+        return night_noise(self.rows(), self.folder, self.config.train_seeds, self.config.confirm_seed)
 
     def incumbent(self) -> Incumbent:
         return Incumbent(self.best_score, self.best_commit, self.noise_estimate(),

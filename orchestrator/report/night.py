@@ -17,6 +17,7 @@ import numpy as np
 from ..daemon import lock_holder
 from ..inflight import recorded
 from ..results import ExpFolder, ResultsFile, RunFolder, read_json
+from ..keep_rule import Noise, night_noise
 from .statistics import diff_ci, iqm
 
 FAILED = ("crash", "timeout", "invalid", "interrupted")
@@ -57,6 +58,7 @@ class Night:
     in_flight: list = field(default_factory=list)
     pid: Optional[int] = None
     transfer: "object" = None           # pandas.DataFrame of transfer.tsv, or None
+    noise_estimate: Optional[Noise] = None   # the keep rule's, from every run of the night
 
     @property
     def folder(self) -> RunFolder:
@@ -70,25 +72,14 @@ class Night:
     def noise(self) -> float:
         return self.noise_and_source[0]
 
-    @cached_property
+    @property
     def noise_and_source(self) -> tuple[float, str]:
-        """The seed-to-seed noise (sigma) of a run's score as the keep rule measures it: from the
-        latest train experiment's decision.json (every same-code pair of the night so far), else
-        from the baseline pair alone."""
-        from ..keep_rule import ScoredRun, estimate
-
-        trained = self.rows[(self.rows.phase == "train") & (self.rows.exp > 0)]
-        for exp in reversed(list(dict.fromkeys(trained.exp))):
-            noise = read_json(self.folder.exp(int(exp)).decision).get("noise")
-            if isinstance(noise, dict) and noise.get("sigma") is not None:
-                return float(noise["sigma"]), f"keep rule, {noise.get('df', '?')} pair(s)"
-        runs = []
-        for i, score in enumerate(self.rows.loc[(self.rows.exp == 0) & (self.rows.status == "baseline"), "score"]):
-            se = read_json(self.folder.exp(0).run(i + 1).eval_json).get("se") or 0.0
-            runs.append(ScoredRun("baseline", i, float(score), float(se)))
-        if len(runs) < 2:
+        """The seed-to-seed noise (sigma) of a run's score: the keep rule's own estimate from every
+        same-code group of runs the night has produced (keep_rule.night_noise, as the loop judges)."""
+        noise = self.noise_estimate
+        if noise is None or noise.df == 0:
             return math.nan, "no pair yet"
-        return estimate(runs).sigma, "keep rule, the baseline pair"
+        return noise.sigma, f"keep rule, {noise.df} pair(s)" if noise.df > 1 else "keep rule, the baseline pair"
 
     @property
     def baseline_score(self) -> float:
@@ -162,6 +153,8 @@ def load(run_dir: Path) -> Night:
     frame["t_hours"] = [(parse_time(r.time) - start) / 3600 if start and parse_time(r.time) else math.nan
                         for r in rows]
     night = Night(run_dir, config, frame)
+    night.noise_estimate = night_noise(rows, folder, config.get("train_seeds") or [1, 2],
+                                       int(config.get("confirm_seed") or 2))
 
     baseline_runs = [folder.exp(0).run(i + 1) for i in range(len([r for r in rows if r.exp == 0 and
                                                                    r.status == "baseline"]))]
