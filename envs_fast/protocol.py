@@ -2,7 +2,8 @@
 
 A functional backend is ONE environment as pure JAX functions (see README.md, "The protocol"):
 `reset(key) -> (obs, state)`, `step(key, state, action) -> (obs, state, reward, terminated)`,
-optionally `state_from_reference(env)` / `state_to_reference(state, env)` for step-by-step checks.
+and `state_from_reference(env)` / `state_to_reference(state, env)` for step-by-step checks (required
+of every translation, JAX or Rust; only third-party adapters such as gymnax lack them).
 Vector backends (envpool, the gymnasium reference) are `gymnasium.vector.VectorEnv`s instead.
 
 This module imports nothing else from envs_fast, so any module may import it (no import cycles):
@@ -140,8 +141,8 @@ def is_rust_spec(spec: str) -> bool:
 
 
 def sync_companion(rust_path: str | Path) -> Path:
-    """The Python file next to a Rust translation that syncs its state with the reference:
-    `envs_fast/<slug>.rs` -> `envs_fast/<slug>_sync.py`."""
+    """The Python file next to a Rust translation that syncs its state with the reference (required:
+    without it the translation is refused): `envs_fast/<slug>.rs` -> `envs_fast/<slug>_sync.py`."""
     path = Path(rust_path)
     return path.with_name(path.stem + "_sync.py")
 

@@ -23,10 +23,11 @@ The state is float64 like the reference (gymnasium's classic control computes in
 synced state steps to within ~1e-12 of the reference. Large batches may be stepped on several
 threads (`std::thread::scope`); results must not depend on the split.
 
-State sync (optional): `envs_fast/<slug>_sync.py` next to the source defines
+State sync (required, like a JAX translation's): `envs_fast/<slug>_sync.py` next to the source defines
 `state_from_reference(env)` (the state as numbers in the order of `autorl_state_fields`) and
-`state_to_reference(state, env)` (state indexable in that order). Without it the backend is verified
-statistically.
+`state_to_reference(state, env)` (state indexable in that order). Without it `load_rust` refuses the
+translation ("protocol incomplete", the verifier's exit 2): only a synced state lets L2 compare single
+steps, and return distributions alone let wrong physics through (TAU 0.021 for 0.02 passes their TOST).
 
 `load_rust(path, env_id)` gives a `RustBackend` (the verifier's `protocol.BatchedBackend`);
 `make_rust_vec_env(path, env_id, num_envs, seed)` the training adapter, a gymnasium VectorEnv with
@@ -185,9 +186,12 @@ def compiler_message(stderr: str, max_lines: int = ERROR_LINES) -> str:
 
 def load_rust(path: str | Path, env_id: str | None = None) -> "RustBackend":
     """Build (or reuse) and load the Rust translation `path`, check its ABI, and load its state-sync
-    companion `<stem>_sync.py` if there is one. BackendError on a mismatch, BuildError if it does
-    not compile."""
+    companion `<stem>_sync.py`. BackendError on a mismatch or a missing companion, BuildError if it
+    does not compile."""
     path = Path(path)
+    if not path.is_file():
+        raise BackendError(f"Rust source {str(path)!r} does not exist")
+    companion = _load_companion(path)  # before building: an incomplete protocol is bad input, whatever rustc says
     library = ctypes.CDLL(str(build(path)))
     missing = [name for name in _ABI_SIGNATURES if not hasattr(library, name)]
     if missing:
@@ -203,18 +207,23 @@ def load_rust(path: str | Path, env_id: str | None = None) -> "RustBackend":
     if env_id is not None and own_id != env_id:
         raise BackendError(f"{path}: ENV_ID is {own_id!r}, expected {env_id!r}")
     check_env_id(own_id)
-    return RustBackend(path, library, _load_companion(path))
+    return RustBackend(path, library, companion)
+
+
+SYNC_FUNCTIONS = ("state_from_reference(env)", "state_to_reference(state, env)")
 
 
 def _load_companion(path: Path):
-    """The `<stem>_sync.py` module next to `path`, imported under a fresh name, or None."""
+    """The `<stem>_sync.py` module next to `path`, imported under a fresh name. BackendError
+    ("protocol incomplete", worded like a JAX translation's) when it or one of its functions is missing."""
     companion = sync_companion(path)
     if not companion.is_file():
-        return None
+        raise BackendError(f"{path}: protocol incomplete, missing its state-sync companion {companion}, which must "
+                           f"define {' and '.join(SYNC_FUNCTIONS)} over the state in the order of autorl_state_fields")
     module = import_file(companion, "_envs_fast_rust_sync")
-    missing = [name for name in ("state_from_reference", "state_to_reference") if not callable(getattr(module, name, None))]
+    missing = [name for name in SYNC_FUNCTIONS if not callable(getattr(module, name.split("(")[0], None))]
     if missing:
-        raise BackendError(f"{companion}: missing {', '.join(missing)}")
+        raise BackendError(f"{companion}: protocol incomplete, missing {', '.join(missing)} (the state sync of {path.name})")
     return module
 
 
@@ -276,7 +285,7 @@ class RustBackend:
     """A compiled Rust translation as a `protocol.BatchedBackend`: every call is one C call over the
     batch (rollout: one per step). States are NamedTuples of float64 fields (batched: (n,) arrays)."""
 
-    def __init__(self, path: Path, library: ctypes.CDLL, sync_module=None):
+    def __init__(self, path: Path, library: ctypes.CDLL, sync_module):
         self.name = str(path)
         self.library = library
         self.env_id = library.autorl_env_id().decode()
@@ -289,13 +298,13 @@ class RustBackend:
         reference = gym.make(self.env_id)
         self.observation_space, self.action_space = reference.observation_space, reference.action_space
         reference.close()
-        self._sync = sync_module
-        self.state_from_reference = self._state_from_reference if sync_module else None
-        self.state_to_reference = self._state_to_reference if sync_module else None
+        self._sync = sync_module  # the `<stem>_sync.py` module (load_rust requires it)
+        self.state_from_reference = self._state_from_reference
+        self.state_to_reference = self._state_to_reference
 
     @property
     def syncs_state(self) -> bool:
-        return self._sync is not None
+        return True
 
     # -- state sync (single env: NamedTuple of np.float64 scalars)
     def _state_from_reference(self, env):

@@ -16,6 +16,7 @@ from gymnasium.vector.utils import batch_space
 from envs_fast import rust_backend
 from envs_fast.protocol import BackendError, BuildError
 from envs_fast.rust_backend import RustVectorEnv, build, load_rust, rustc_available
+from envs_fast.verify import main as verify_main
 
 pytestmark = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
 
@@ -88,9 +89,13 @@ def test_env_id_mismatch_is_a_backend_error(backends):
         load_rust(EXAMPLES["CartPole-v1"], "Acrobot-v1")
 
 
-def test_without_companion_the_backend_does_not_sync(backends, tmp_path):
-    backend = load_rust(copy_example("CartPole-v1", tmp_path, sync=False), "CartPole-v1")
-    assert not backend.syncs_state and backend.state_from_reference is None and backend.state_to_reference is None
+def test_without_its_sync_companion_a_translation_is_refused_as_protocol_incomplete(tmp_path):
+    source = copy_example("CartPole-v1", tmp_path, sync=False)
+    with pytest.raises(BackendError, match=r"protocol incomplete, missing its state-sync companion .*cartpole_v1_sync\.py"):
+        load_rust(source, "CartPole-v1")
+    (tmp_path / "cartpole_v1_sync.py").write_text("def state_from_reference(env):\n    return list(env.unwrapped.state)\n")
+    with pytest.raises(BackendError, match=r"cartpole_v1_sync\.py: protocol incomplete, missing state_to_reference\(state, env\)"):
+        load_rust(source, "CartPole-v1")
 
 
 @pytest.mark.parametrize("env_id", list(EXAMPLES))
@@ -283,6 +288,28 @@ def test_verify_fails_a_changed_constant_or_boundary_naming_level_field_and_stat
     first = failure.split("first failure", 1)[1]
     assert "    state: ." in first and "differing fields" in first, failure[:3000]
     assert field in first.split("differing fields", 1)[1], failure[:3000]
+
+
+def test_wrong_physics_without_state_sync_is_refused_and_with_it_fails_l2_at_an_exact_state(tmp_path, capsys):
+    """TAU 0.021 for 0.02 passes a comparison of return distributions (TOST), so a translation
+    without its sync companion must not be verified at all; with the companion, L2 catches it.
+    (`python -m envs_fast.verify` is `verify.main`; run in this process to import jax once.)"""
+    source = copy_example("CartPole-v1", tmp_path, ("const TAU: f64 = 0.02;", "const TAU: f64 = 0.021;"), sync=False)
+    argv = ["--env", "CartPole-v1", "--backend", str(source)]
+    assert verify_main(argv) == 2
+    out, err = capsys.readouterr()
+    message = err.strip()
+    assert len(message.splitlines()) == 1 and "protocol incomplete" in message, message
+    assert "cartpole_v1_sync.py" in message and "state_from_reference(env)" in message
+    assert "state_to_reference(state, env)" in message and out == ""
+
+    shutil.copy(EXAMPLES["CartPole-v1"].with_name("cartpole_v1_sync.py"), tmp_path)
+    assert verify_main(argv + ["--levels", "2"]) == 1
+    out = capsys.readouterr().out
+    assert "L2 interactions: FAIL" in out
+    first = out.split("first failure", 1)[1]
+    assert "    state: .x=" in first and "    action: " in first, first
+    assert "theta_dot" in first.split("differing fields", 1)[1], first
 
 
 def test_a_compile_error_is_a_failed_verification_showing_rustc(tmp_path):

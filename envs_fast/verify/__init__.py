@@ -4,14 +4,16 @@
 
 SPEC: a translation file path (.py for JAX, .rs for Rust), "jax"/"translation" (envs_fast/<slug>.py),
 "rust" (envs_fast/<slug>.rs), "envpool", "gymnax" or "reference". Exit 0 when every requested level
-passes, 1 when one fails (a Rust translation that does not build fails L1 "builds"), 2 for bad input.
+passes, 1 when one fails (a Rust translation that does not build fails L1 "builds"), 2 for bad input
+(including "protocol incomplete": a translation that cannot sync state, JAX or Rust, is refused).
 
 One module per level, each `run(ctx) -> LevelReport` over a `Context` built once per call:
 L1 `properties` (spaces, dtypes, shapes, bounds, reset distribution, determinism under a key/seed);
 L2 `interactions` (one step from a synced state, compared field by field, over thousands of states
 from real rollouts plus states found near every termination and clipping boundary);
-L3 `rollouts` (whole action sequences from a synced start; without state sync, or for stochastic
-envs, return distributions under a fixed policy compared by TOST);
+L3 `rollouts` (whole action sequences from a synced start; for stochastic envs, or without state
+sync (third-party backends only, reported as "statistical only"), return distributions under a fixed
+policy compared by TOST);
 L4 `transfer` (a linear policy trained by the cross-entropy method on the backend scores
 equivalently on the reference, by TOST).
 The backend is driven only through `protocol.BatchedBackend` (JAX: `jax_batched.JaxBatched`).
