@@ -48,6 +48,7 @@ CARTPOLE_BUGS = {
     "wrong reward on the terminal step": ("reward = jnp.float32(1.0)",
                                           "reward = jnp.where(terminated, 0.0, 1.0).astype(jnp.float32)", "reward"),
     "swapped action": ("jnp.where(action == 1, FORCE_MAG", "jnp.where(action == 0, FORCE_MAG", "x_dot"),
+    "time step off by 5%": ("TAU = 0.02 ", "TAU = 0.021 ", "theta_dot"),  # passes a return-distribution TOST
 }
 
 
@@ -97,6 +98,26 @@ def test_envpool_bipedalwalker_passes_l1_and_statistical_l3():
     statuses = {level.level: level.status for level in report.levels}
     assert statuses == {1: "pass", 2: "not applicable", 3: "pass"}
     assert "TOST" in report.levels[2].checks[0].name
+    assert_says_statistical_only(report)
+
+
+def assert_says_statistical_only(report):
+    """A backend without state sync passes only the weaker, statistical verification: its report
+    (text and JSON) says so at L2 and L3."""
+    text, data = report.to_text(), json.loads(report.to_json())
+    assert "L2 interactions: NOT APPLICABLE - statistical only, the weaker verification" in text
+    for level in [level for level in data["levels"] if level["level"] in (2, 3)]:
+        assert level["note"].startswith("statistical only, the weaker verification: "), level
+        assert "L2 is not applicable and L3 compares return distributions" in level["note"]
+        assert "a translation must sync state" in level["note"]
+
+
+def test_gymnax_is_verified_statistically_and_its_report_says_so():
+    pytest.importorskip("gymnax", reason="gymnax is not installed")
+    report = verify("CartPole-v1", "gymnax", (2, 3), Settings(episodes=100, horizon=60))
+    assert report.passed, report.to_text()
+    assert [level.status for level in report.levels] == ["not applicable", "pass"]
+    assert_says_statistical_only(report)
 
 
 def test_cli_exit_codes_and_json(tmp_path):
@@ -135,7 +156,7 @@ def test_translation_that_does_not_import_or_lacks_a_function_exits_2(tmp_path, 
     partial.write_text("ENV_ID = 'CartPole-v1'\ndef reset(key): pass\ndef step(key, state, action): pass\n")
     assert main(["--env", "CartPole-v1", "--backend", str(partial)]) == 2
     err = capsys.readouterr().err
-    assert "missing state_from_reference, state_to_reference" in err
+    assert "protocol incomplete, missing state_from_reference, state_to_reference" in err
     with pytest.raises(BackendError, match="ENV_ID is 'CartPole-v1', expected 'Acrobot-v1'"):
         verify("Acrobot-v1", str(REPO / "envs_fast" / "cartpole_v1.py"), (1,), QUICK)
 

@@ -47,6 +47,14 @@ class SyncStatus:
     stochastic: bool = False
 
 
+# The note L2 and L3 carry for a backend that cannot sync state (third-party ones: gymnax, envpool):
+# a translation always syncs (its loader refuses it otherwise), since return distributions alone let
+# small physics errors through.
+STATISTICAL_ONLY = ("statistical only, the weaker verification: this backend's state cannot be synced with the "
+                    "reference, so L2 is not applicable and L3 compares return distributions under a fixed policy "
+                    "(TOST); a translation must sync state")
+
+
 # The short reference rollout the sync status comes from: a few episodes of a few steps.
 SYNC_STEPS, SYNC_EPISODES, SYNC_SAMPLES = 20, 3, 40
 

@@ -1,7 +1,8 @@
 """L2 interactions (backends with state sync): one backend step from a state synced from the
 reference, compared field by field with the reference's step, over states from real rollouts and
 states found near every termination and clipping boundary; for a stochastic reference, the
-next-step distributions from the same states."""
+next-step distributions from the same states. Not applicable without state sync (third-party
+backends only: see context.STATISTICAL_ONLY)."""
 from __future__ import annotations
 
 import jax
@@ -12,7 +13,7 @@ from envs_fast.probes import (ReferenceStepper, Sample, collect_boundary_samples
 from envs_fast.protocol import dtype_kind, space_leaves
 from envs_fast.report import LevelReport
 from envs_fast.stats import same_distribution_p
-from envs_fast.verify.context import Context
+from envs_fast.verify.context import STATISTICAL_ONLY, Context
 from envs_fast.verify.shared import (failing_on_crash, format_action, format_state, histogram, num, seeds, stack,
                                      tolerance_text)
 
@@ -21,7 +22,7 @@ def run(ctx: Context) -> LevelReport:
     report = LevelReport(2)
     if not (ctx.backend and ctx.backend.syncs_state):
         report.status = "not applicable"
-        report.note = "this backend cannot sync state with the reference; L3 compares it statistically"
+        report.note = STATISTICAL_ONLY
         return report
     with failing_on_crash(report):
         _check(ctx, report)

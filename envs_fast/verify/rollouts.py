@@ -12,7 +12,7 @@ import numpy as np
 from envs_fast.probes import ReferenceStepper, field_names, flat_values, perturb_float32, scripted_plans
 from envs_fast.report import LevelReport
 from envs_fast.stats import tost
-from envs_fast.verify.context import Context
+from envs_fast.verify.context import STATISTICAL_ONLY, Context
 from envs_fast.verify.shared import (describe, episode_returns, failing_on_crash, format_action, format_state, num,
                                      seeds, stack, statistical_horizon, tolerance_text, tost_tolerance)
 
@@ -33,8 +33,8 @@ def _check(ctx: Context, report: LevelReport):
     elif syncs and not sync.stochastic:
         _synced(ctx, report)
     else:
-        report.note = ("the reference is stochastic" if sync.stochastic else "no state sync") + \
-            ": return distributions under a fixed policy, TOST"
+        report.note = ("the reference is stochastic: return distributions under a fixed policy, TOST"
+                       if syncs else STATISTICAL_ONLY)
         _returns_equivalence(ctx, report)
 
 
