@@ -17,13 +17,21 @@ Figures (steps per second; measured in interleaved rounds so that all see the sa
                      (two tanh layers of HIDDEN_SIZE, random weights) sampling the actions from the
                      observations, then the backend's step with auto-reset and time limit. The PPO
                      update is left out: it costs the same whatever the backend. None otherwise.
+  host_sps           backends train.py steps from its torch loop (envpool, reference, a Rust
+                     translation, or any backend with a train.py without the end-to-end path): the
+                     adapter at its NUM_ENVS with each step's actions sampled from a torch MLP policy
+                     (two tanh layers of HIDDEN_SIZE, random weights) on the observations, as that loop
+                     does; like e2e_sps, the PPO update is left out. None otherwise.
   train_sps          the figure that says how fast training will go on this backend: e2e_sps where
-                     train.py trains the backend end to end, adapter_sps where it steps it from its
-                     torch loop (envpool, reference, a Rust translation, or a train.py without the
-                     end-to-end path).
+                     train.py trains the backend end to end, host_sps where it steps it from its torch
+                     loop. Both include the policy, so a host backend is not ranked above an
+                     end-to-end one for stepping faster without one.
                      The translate phase compares this one, and it is the figure cached for `auto`
                      (envs_fast.choose_backend ranks verified backends by it).
   ratio              backend_sps / reference_sps
+
+`--figures train` measures only train_sps and reference_sps (the others are null): what ranking
+verified backends needs (the daemon's setup), at a fraction of the cost.
 
 train.py's constants are read from its hyperparameter block as text: no candidate code is imported.
 """
@@ -259,6 +267,43 @@ def e2e_runner(spec: str, env_id: str, num_envs: int, num_steps: int, hidden: in
     return _scan_runner(rollout, carry, num_steps * num_envs)
 
 
+def host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: int = 16) -> Runner:
+    """train.py's host loop without its update: each step a torch MLP policy (two tanh layers of
+    `hidden`, random weights) samples the actions from the observations, then the VectorEnv steps."""
+    import torch
+
+    obs_space, act_space = venv.single_observation_space, venv.single_action_space
+    categories = int(obs_space.n) if isinstance(obs_space, gym.spaces.Discrete) else 0
+    obs_dim = categories or int(np.prod(obs_space.shape))
+    discrete = isinstance(act_space, gym.spaces.Discrete)
+    if not discrete and not isinstance(act_space, gym.spaces.Box):
+        raise BackendError(f"bench needs a Discrete or Box action space, got {act_space}")
+    out_dim = int(act_space.n) if discrete else int(np.prod(act_space.shape))
+    torch.manual_seed(seed)
+    policy = torch.nn.Sequential(torch.nn.Linear(obs_dim, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, hidden),
+                                 torch.nn.Tanh(), torch.nn.Linear(hidden, out_dim))
+    obs, _ = venv.reset(seed=seed)
+
+    def act(obs):
+        x = np.eye(categories, dtype=np.float32)[np.asarray(obs, np.int64)] if categories else \
+            np.asarray(obs, np.float32).reshape(venv.num_envs, -1)
+        with torch.no_grad():
+            out = policy(torch.from_numpy(x))
+            if discrete:
+                return (torch.distributions.Categorical(logits=out).sample().numpy() + act_space.start)
+            sample = torch.distributions.Normal(out, 1.0).sample().numpy().reshape((venv.num_envs,) + act_space.shape)
+        return np.clip(sample, act_space.low, act_space.high).astype(act_space.dtype)
+
+    def run_once():
+        nonlocal obs
+        for _ in range(chunk):
+            obs, *_ = venv.step(act(obs))
+        return chunk * venv.num_envs
+
+    run_once()  # warm-up (jit compilation for the JAX adapter)
+    return Runner(run_once, venv.close)
+
+
 def _scan_runner(rollout, carry, steps_per_call: int) -> Runner:
     """Time a jitted `rollout(carry) -> (carry, total)`: compiled here, outside the timing."""
     carry, total = rollout(carry)
@@ -321,9 +366,13 @@ def jax_backend_sps(spec: str, env_id: str, num_envs: int, seconds: float, seed:
     return measure({"backend": jax_runner(spec, env_id, num_envs, seed)}, seconds, rounds=1)["backend"]
 
 
+FIGURES = ("all", "train")
+
+
 def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 3.0,
-          adapter_num_envs: int | None = None, seed: int = 0, root=None) -> dict:
-    """Measure the figures described in the module docstring; cache the adapter SPS for `auto`."""
+          adapter_num_envs: int | None = None, seed: int = 0, root=None, figures: str = "all") -> dict:
+    """Measure the figures described in the module docstring (`figures="train"`: train_sps and
+    reference_sps only); cache train_sps for `auto`."""
     from envs_fast import make_vec_env
 
     check_env_id(env_id)
@@ -336,22 +385,30 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
     vector_backend, rust = spec in ("envpool", "reference"), is_rust_spec(spec)
     num_envs = num_envs or (DEFAULT_VECTOR_NUM_ENVS if vector_backend else DEFAULT_NUM_ENVS)
     # train.py trains functional JAX backends end to end; it steps the others from its torch loop
-    e2e = None if vector_backend or rust else e2e_shape(Path(root) if root is not None else REPO_ROOT)
+    root_path = Path(root) if root is not None else REPO_ROOT
+    e2e = None if vector_backend or rust else e2e_shape(root_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        runners = {
-            "backend": vector_runner(make_vec_env(spec, env_id, num_envs, seed), seed) if vector_backend
-            else rust_runner(spec, env_id, num_envs, seed) if rust else jax_runner(spec, env_id, num_envs, seed),
-            "reference": reference_runner(env_id, seed),
-            "reference_vec": vector_runner(gym.make_vec(env_id, num_envs=adapter_num_envs, vectorization_mode="sync"), seed),
-            "adapter": vector_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root), seed),
-        }
+        everything = figures == "all"
+        runners = {"reference": reference_runner(env_id, seed)}
+        if everything:
+            runners["backend"] = (vector_runner(make_vec_env(spec, env_id, num_envs, seed), seed) if vector_backend
+                                  else rust_runner(spec, env_id, num_envs, seed) if rust
+                                  else jax_runner(spec, env_id, num_envs, seed))
+            runners["reference_vec"] = vector_runner(
+                gym.make_vec(env_id, num_envs=adapter_num_envs, vectorization_mode="sync"), seed)
+        if everything:
+            runners["adapter"] = vector_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root), seed)
         if e2e:
             runners["e2e"] = e2e_runner(spec, env_id, *e2e, seed=seed)
+        else:
+            runners["host"] = host_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root),
+                                          train_constant("HIDDEN_SIZE", root_path) or 64, seed)
         sps = measure(runners, seconds)
-    backend, single, reference_vec, adapter = sps["backend"], sps["reference"], sps["reference_vec"], sps["adapter"]
-    e2e_sps = sps.get("e2e")
-    train_sps = e2e_sps if e2e_sps is not None else adapter
+    backend, single, reference_vec, adapter = sps.get("backend"), sps["reference"], sps.get("reference_vec"), \
+        sps.get("adapter")
+    e2e_sps, host_sps = sps.get("e2e"), sps.get("host")
+    train_sps = e2e_sps if e2e_sps is not None else host_sps
     cache.store_throughput(spec, env_id, adapter_num_envs, train_sps)  # what "auto" compares: training speed
     return {
         "env_id": env_id,
@@ -365,25 +422,29 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
         "adapter_sps": adapter,
         "e2e_sps": e2e_sps,
         "e2e_num_envs": e2e[0] if e2e else None,
+        "host_sps": host_sps,
         "train_path": "jax-e2e" if e2e else "host",
         "train_sps": train_sps,
-        "ratio": backend / single,
-        "adapter_ratio": adapter / single,
+        "ratio": backend / single if backend is not None else None,
+        "adapter_ratio": adapter / single if adapter is not None else None,
     }
 
 
 def format_result(result: dict) -> str:
-    return "\n".join([
-        f"bench {result['env_id']} with backend {result['backend']}",
-        f"  backend           {result['backend_sps']:>14,.0f} steps/s  ({result['num_envs']} envs)",
-        f"  reference (1 env) {result['reference_sps']:>14,.0f} steps/s",
-        f"  reference vector  {result['reference_vec_sps']:>14,.0f} steps/s  ({result['adapter_num_envs']} envs, gym.make_vec)",
-        f"  adapter           {result['adapter_sps']:>14,.0f} steps/s  ({result['adapter_num_envs']} envs, VectorEnv)",
-        *([f"  end to end        {result['e2e_sps']:>14,.0f} steps/s  ({result['e2e_num_envs']} envs, "
-           f"train.py's jax-e2e rollout with a policy)"] if result.get("e2e_sps") is not None else []),
-        f"  training will see {result['train_sps']:>14,.0f} steps/s  (train_sps: {result['train_path']} path)",
-        f"  ratio             {result['ratio']:>14,.1f}x backend / reference (1 env)",
-    ])
+    lines = [
+        ("backend_sps", f"  backend           {{:>14,.0f}} steps/s  ({result['num_envs']} envs)"),
+        ("reference_sps", "  reference (1 env) {:>14,.0f} steps/s"),
+        ("reference_vec_sps", f"  reference vector  {{:>14,.0f}} steps/s  ({result['adapter_num_envs']} envs, gym.make_vec)"),
+        ("adapter_sps", f"  adapter           {{:>14,.0f}} steps/s  ({result['adapter_num_envs']} envs, VectorEnv)"),
+        ("e2e_sps", f"  end to end        {{:>14,.0f}} steps/s  ({result['e2e_num_envs']} envs, "
+                    f"train.py's jax-e2e rollout with a policy)"),
+        ("host_sps", f"  host loop         {{:>14,.0f}} steps/s  ({result['adapter_num_envs']} envs, "
+                     f"train.py's host rollout with a torch policy)"),
+        ("train_sps", f"  training will see {{:>14,.0f}} steps/s  (train_sps: {result['train_path']} path)"),
+        ("ratio", "  ratio             {:>14,.1f}x backend / reference (1 env)"),
+    ]
+    return "\n".join([f"bench {result['env_id']} with backend {result['backend']}"]
+                     + [line.format(result[key]) for key, line in lines if result.get(key) is not None])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -397,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{DEFAULT_VECTOR_NUM_ENVS} for envpool/reference)")
     parser.add_argument("--adapter-num-envs", type=int, default=None, help="envs for the adapter figure (default: train.py's NUM_ENVS)")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    parser.add_argument("--figures", choices=FIGURES, default="all",
+                        help="all (default), or train: only train_sps and the reference's, to rank backends")
     parser.add_argument("--json", metavar="FILE")
     try:
         args = parser.parse_args(argv)
@@ -406,7 +469,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --num-envs/--adapter-num-envs must be >= 1 and --seconds > 0", file=sys.stderr)
         return 2
     try:
-        result = bench(args.env, args.backend, args.num_envs, args.seconds, args.adapter_num_envs)
+        result = bench(args.env, args.backend, args.num_envs, args.seconds, args.adapter_num_envs,
+                       figures=args.figures)
     except BackendError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

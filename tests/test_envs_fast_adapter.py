@@ -143,7 +143,7 @@ def test_bench_reports_backend_reference_and_adapter_throughput(tmp_path):
     assert result["backend_sps"] > 10 * result["reference_sps"]  # the point of a fast backend
     # What `auto` compares is how fast training goes: the end-to-end path where train.py has one.
     assert cache.cached_throughput(result["backend"], "CartPole-v1", 8) == result["train_sps"]
-    assert result["train_sps"] == (result["e2e_sps"] if result["e2e_sps"] is not None else result["adapter_sps"])
+    assert result["train_sps"] == (result["e2e_sps"] if result["e2e_sps"] is not None else result["host_sps"])
 
     out = tmp_path / "bench.json"
     assert bench_main(["--env", "Pendulum-v1", "--backend", "jax", "--num-envs", "256", "--seconds", "0.2",
