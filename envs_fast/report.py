@@ -54,9 +54,15 @@ class Report:
     def passed(self) -> bool:
         return all(level.passed for level in self.levels)
 
+    @property
+    def statistical_only(self) -> bool:
+        """No level compared synced states: the weaker kind (third-party backends)."""
+        return any(level.note.startswith("statistical only") for level in self.levels)
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["passed"] = self.passed
+        data["statistical_only"] = self.statistical_only
         for level_data, level in zip(data["levels"], self.levels):
             level_data["title"] = level.title
         return data
@@ -66,8 +72,9 @@ class Report:
 
     def to_text(self) -> str:
         summary = ", ".join(f"L{lv.level} {lv.status}" for lv in self.levels)
+        kind = "; statistical only, the weaker kind: state not synced" if self.statistical_only else ""
         lines = [f"verify {self.env_id} with backend {self.backend}: {'PASS' if self.passed else 'FAIL'} "
-                 f"({summary}; {self.seconds:.1f}s)"]
+                 f"({summary}; {self.seconds:.1f}s{kind})"]
         for level in self.levels:
             lines.append("")
             lines.append(f"{level.title}: {level.status.upper()}" + (f" - {level.note}" if level.note else ""))

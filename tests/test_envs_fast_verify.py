@@ -26,6 +26,7 @@ def test_shipped_translation_passes_levels_1_to_3(env_id):
     report = verify(env_id, "jax", (1, 2, 3), QUICK)
     assert report.passed, report.to_text()
     assert [level.status for level in report.levels] == ["pass", "pass", "pass"]
+    assert not report.statistical_only and "statistical" not in report.to_text().splitlines()[0]
     l2_checks = {check.name: check.detail for check in report.levels[1].checks}
     # thousands of real states plus states probed at the boundaries
     assert int(l2_checks["step from rollout states"].split(" of ")[1].split()[0]) >= 800
@@ -103,8 +104,10 @@ def test_envpool_bipedalwalker_passes_l1_and_statistical_l3():
 
 def assert_says_statistical_only(report):
     """A backend without state sync passes only the weaker, statistical verification: its report
-    (text and JSON) says so at L2 and L3."""
+    (text and JSON) says so in its first line (the verdict the cache keeps) and at L2 and L3."""
     text, data = report.to_text(), json.loads(report.to_json())
+    assert "statistical only, the weaker kind" in text.splitlines()[0]
+    assert data["statistical_only"] is True
     assert "L2 interactions: NOT APPLICABLE - statistical only, the weaker verification" in text
     for level in [level for level in data["levels"] if level["level"] in (2, 3)]:
         assert level["note"].startswith("statistical only, the weaker verification: "), level
