@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="translate: the backend's language; auto (default) lets the agent choose, "
                              "JAX only when rustc is not on PATH")
     phases.add_argument("--bench-seconds", type=_positive_float, default=2.0, help=argparse.SUPPRESS)
+    phases.add_argument("--no-setup-verify", dest="setup_verify", action="store_false",
+                        help="a new run skips verifying (L1-L3) and benchmarking the backends its commit ships "
+                             "(envs_fast/<slug>.py/.rs, gymnax): the baseline trains on what is already verified")
     adv = run.add_argument_group("advanced (mainly for tests)")
     adv.add_argument("--eval-episodes", type=_positive_int, metavar="N",
                      help="evaluation episodes (default: evaluate.NUM_EVAL_EPISODES)")
@@ -248,7 +251,8 @@ def _run(args) -> int:
             eval_workers=args.eval_workers, phases=args.phases, schedule=args.schedule, limits=limits,
             repair_rounds=args.repair_rounds, target_speedup=args.target_speedup,
             translate_patience=args.translate_patience, translate_lang=args.translate_lang,
-            bench_seconds=args.bench_seconds, runner=args.runner, parallel=args.parallel, runner_options=_runner_options(args),
+            bench_seconds=args.bench_seconds, setup_verify=args.setup_verify, runner=args.runner,
+            parallel=args.parallel, runner_options=_runner_options(args),
             sandbox=args.sandbox, max_output_mb=args.max_output_mb,
             repo=args.repo, agent_args=args)
         return start(options, make_agent, dict(os.environ), from_ref=args.from_ref)

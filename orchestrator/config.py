@@ -56,6 +56,7 @@ class RunConfig:
     translate_lang: str = "auto"          # jax / rust / auto (the agent chooses; JAX only without rustc)
     verify_timeout_s: float = 1800.0
     bench_seconds: float = 2.0
+    setup_verify: bool = True             # setup verified and benchmarked the backends the start commit ships
     # a created environment (envs/<name>/): frozen during the run, checked by the harness
     env_folder: Optional[str] = None
     env_sha256: Optional[str] = None
@@ -101,6 +102,7 @@ class Options:
     translate_patience: int = 3
     translate_lang: Optional[str] = None      # jax / rust / auto (default)
     bench_seconds: float = 2.0
+    setup_verify: bool = True                 # --no-setup-verify: False
     runner: Optional[str] = None              # local (default) or modal; a resume keeps the run's
     parallel: Optional[int] = None            # candidates per round (default 1)
     runner_options: dict = field(default_factory=dict)

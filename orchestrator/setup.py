@@ -14,7 +14,10 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
+from envs_fast.portability import no_port_reason
+
 from . import agents as agent_kinds
+from . import shipped
 from .artifacts import TRAIN_SCRIPT
 from .config import Options, RunConfig, RunError, check_tag, default_tag
 from .daemon import LockHeld, RunLock, StopControl, log, progress, setup_logging
@@ -31,6 +34,7 @@ from .runners import Runner, RunnerSettings
 from .workspace import Workspace, repo_root
 
 HARNESS = RunFolder.HARNESS
+JAX_CACHE = "jax-cache"  # results/<tag>/jax-cache/<commit>/: JAX's compilation cache of that commit's train runs
 
 
 def default_agent(environ: dict) -> tuple[str, str]:
@@ -84,7 +88,7 @@ def runner_settings(config: RunConfig, folder: RunFolder) -> RunnerSettings:
         eval_workers=config.eval_workers, harness=folder.harness, harness_sha256=config.harness_sha256,
         verify_cache=folder.verify_cache, verify_timeout_s=config.verify_timeout_s,
         bench_seconds=config.bench_seconds, max_output_mb=config.max_output_mb, sandbox=config.sandbox,
-        env_folder=config.env_folder, env_sha256=config.env_sha256)
+        env_folder=config.env_folder, env_sha256=config.env_sha256, jax_cache=folder.path / JAX_CACHE)
 
 
 def make_runner(config: RunConfig, folder: RunFolder, workspace: Workspace, stop: StopControl, journal: InFlight,
@@ -212,6 +216,7 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
         run = Run(config, folder, workspace, options.limits, stop, runner, journal, agent, harness_bytes)
         if existing:
             run.recover()
+        prepare_backends(config, folder, workspace, runner, journal, stop, run.ledger.rows)
         if run.run_baseline():
             reason = run.loop()
         else:
@@ -234,20 +239,55 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
             refresh_report(folder.path)  # its last version: the run has ended
 
 
+def prepare_backends(config: RunConfig, folder: RunFolder, workspace: Workspace, runner: Runner, journal: InFlight,
+                     stop: StopControl, rows: list) -> None:
+    """Before the baseline: verify and benchmark the backends the start commit ships, so the baseline
+    trains on the fastest verified one (orchestrator/shipped.py). Once per run: a resumed run reads
+    the choice it made (backend.json); a run whose baseline began before setup verification existed
+    keeps what it trained on."""
+    saved = shipped.saved_choice(folder)
+    if saved:
+        log.info("%s (chosen at setup)", shipped.choice_line(saved))
+    elif any(row.exp == 0 and row.status == "baseline" for row in rows):
+        return
+    elif not config.setup_verify:
+        shipped.skipped(folder, "--no-setup-verify: the baseline trains on what this run's cache has verified "
+                                "(nothing yet), as train.py's auto decides")
+    elif config.runner == "modal":
+        shipped.skipped(folder, "--runner modal: the training container does not see this run's verdicts")
+    else:
+        shipped.verify_at_setup(config, folder, workspace, runner, journal, stop.requested)
+
+
 # Agents that write code alternate translating the env and training; optuna only tunes train.py.
 CODE_WRITING_AGENTS = ("anthropic", "command")
 DEFAULT_PHASES, DEFAULT_SCHEDULE = "translate,train", "translate:1,train:4"
 
 
 def schedule_for(options: Options, agent_name: Optional[str] = None) -> list[str]:
+    return plan_schedule(options, agent_name)[0]
+
+
+def plan_schedule(options: Options, agent_name: Optional[str] = None) -> tuple[list[str], str]:
+    """The run's repeating pattern of phases, and why (for daemon.log). A code-writing agent
+    alternates translating and training, unless the env steps a physics engine no translation can
+    port (Box2D; MuJoCo without mujoco-mjx): then it only trains. --phases/--schedule decide alone."""
     phases, schedule = options.phases, options.schedule
+    why = "chosen with --phases/--schedule"
     if not phases and not schedule:
-        if agent_name in CODE_WRITING_AGENTS:
+        no_port = no_port_reason(options.env_id) if options.env_id else None
+        if agent_name not in CODE_WRITING_AGENTS:
+            why = f"the {agent_name or 'chosen'} agent tunes {TRAIN_SCRIPT} only"
+        elif no_port:
+            why = (f"train only: {no_port}, so no translation could pass verification "
+                   f"(--phases translate,train translates anyway)")
+        else:
             phases, schedule = DEFAULT_PHASES, DEFAULT_SCHEDULE
+            why = f"a code-writing agent alternates translating the env and training ({DEFAULT_SCHEDULE})"
     elif phases and not schedule and set(phases.replace(" ", "").split(",")) == {"translate", "train"}:
         schedule = DEFAULT_SCHEDULE
     try:
-        return parse_schedule(phases, schedule)
+        return parse_schedule(phases, schedule), why
     except ValueError as exc:
         raise RunError(str(exc)) from None
 
@@ -273,7 +313,9 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
     budget = options.budget_s if options.budget_s is not None else harness_budget
     if from_ref is None and workspace.main_is_dirty():
         log.warning("the main checkout has uncommitted changes; the run starts from its last commit")
-    schedule = schedule_for(options, agent_name)
+    schedule, why = plan_schedule(options, agent_name)
+    if not schedule_from_agent(options, agent_name):
+        log.info("schedule: %s (%s)", ",".join(schedule), why)
     base = workspace.create(from_ref)
     if from_ref is not None:
         log.info("the run starts from %s (%s)", from_ref, base[:7])
@@ -292,16 +334,22 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
         main_root=str(root), worktree=str(workspace.path), branch=workspace.branch, base_commit=base,
         harness_sha256=hashlib.sha256(harness_bytes).hexdigest(), created=utc_now(), agent=agent_name,
         agent_options=agent_kinds.given_options(options.agent_args),
-        schedule_from_agent=agent_name == "replay" and not (options.phases or options.schedule),
+        schedule_from_agent=schedule_from_agent(options, agent_name),
         runner=options.runner or "local", parallel=options.parallel or 1, runner_options=dict(options.runner_options),
         sandbox=options.sandbox or "auto",
         max_output_mb=options.max_output_mb if options.max_output_mb is not None else 1024.0,
         repair_rounds=options.repair_rounds, target_speedup=options.target_speedup,
         translate_patience=options.translate_patience, translate_lang=options.translate_lang or "auto",
-        bench_seconds=options.bench_seconds, env_folder=frozen, env_sha256=env_sha256)
+        bench_seconds=options.bench_seconds, setup_verify=options.setup_verify, env_folder=frozen,
+        env_sha256=env_sha256)
     config.save(folder.config)
     ResultsFile(folder.results).create()
     return config, harness_bytes
+
+
+def schedule_from_agent(options: Options, agent_name: str) -> bool:
+    """replay without --phases/--schedule: each replayed folder's files say its phase."""
+    return agent_name == "replay" and not (options.phases or options.schedule)
 
 
 def _warn_if_disk_is_short(folder: RunFolder, config: RunConfig) -> None:

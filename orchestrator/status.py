@@ -10,6 +10,7 @@ from .daemon import lock_holder, read_state
 from .disk import MIN_FREE_MB, free_mb
 from .inflight import recorded
 from .results import ResultsFile, RunFolder, summarize
+from .shipped import choice_line, saved_choice
 
 
 def run_status(run_dir: Path) -> list[str]:
@@ -35,6 +36,9 @@ def run_status(run_dir: Path) -> list[str]:
     if not pid and records:
         lines.append(f"  exp {', '.join(str(r['exp']) for r in records)} in flight when the daemon died: "
                      "`run --resume` records it and goes on")
+    choice = saved_choice(folder)
+    if choice:
+        lines.append(f"  {choice_line(choice)} (chosen at setup)")
     baseline = ", ".join(f"{s:.3f}" for s in summary["baseline_scores"]) or "-"
     best = "-" if summary["best"] is None else f"{summary['best']:.3f}"
     lines.append(f"  baseline {baseline}; best {best} at commit {summary['best_commit'] or '-'} "

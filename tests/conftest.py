@@ -79,6 +79,18 @@ def _copy_if_present(name: str, dest: Path) -> None:
         shutil.copyfile(source, dest / name)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def user_verify_cache(tmp_path_factory):
+    """The user-level verdict cache of every run the tests start (never the real ~/.cache): one per
+    session, so the shipped translations are verified and benchmarked once, not by every test."""
+    from orchestrator.usercache import USER_CACHE_ENV
+
+    path = tmp_path_factory.mktemp("user-verify-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(USER_CACHE_ENV, str(path))
+        yield path
+
+
 @pytest.fixture
 def autorl_repo(tmp_path):
     """Factory: autorl_repo(train_py=None, files=None) -> path of a committed temp checkout."""

@@ -45,6 +45,7 @@ class RunnerSettings:
     sandbox: str = "auto"
     env_folder: Optional[str] = None   # envs/<name> of a created environment, else None
     env_sha256: Optional[str] = None   # its content hash at setup: the harness refuses any other
+    jax_cache: Optional[Path] = None   # JAX compilation caches, a folder per commit (local runner)
 
 
 @dataclass
@@ -104,8 +105,9 @@ class Runner(Protocol):
     def verify(self, slot: Slot, commit: str, backend: str, round_: int) -> VerifyOutcome:
         """Verify the translation file `backend` (repository-relative) of `commit` at L1-L3."""
 
-    def bench(self, slot: Slot, commit: str, spec: str, json_path: Path) -> Optional[dict]:
-        """Throughput of backend `spec` as `commit` would train on it (None when it failed)."""
+    def bench(self, slot: Slot, commit: str, spec: str, json_path: Path, figures: str = "all") -> Optional[dict]:
+        """Throughput of backend `spec` as `commit` would train on it (None when it failed);
+        figures="train": only what ranking backends needs (train_sps, reference_sps)."""
 
     def cancel(self, handle: dict) -> bool:
         """Cancel a recorded handle (also one left by a previous daemon); True if it was live."""

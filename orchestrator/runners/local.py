@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
+import threading
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
+from envs_fast.protocol import is_file_spec
 from envs_fast.rust_backend import RUSTC_ENV, toolchain as rust_toolchain
 
 from .. import processes
@@ -35,9 +39,13 @@ from ..daemon import log, progress
 from ..disk import prune
 from ..inflight import InFlight
 from ..sandbox import Sandbox, Walls
+from ..usercache import USER_CACHE_ENV
 from ..workspace import Workspace
 from .base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
                    add_evaluation, read_eval_json, train_failure)
+
+
+JAX_CACHE_ENV = "AUTORL_JAX_CACHE_DIR"  # train.py points JAX's persistent compilation cache there
 
 
 class LocalRunner:
@@ -55,6 +63,7 @@ class LocalRunner:
         self.hidden = [workspace.main_root, workspace.path, settings.harness.parent]
         settings.verify_cache.mkdir(parents=True, exist_ok=True)
         self.rust = rust_toolchain()  # shown to walled-in processes so that Rust backends build and load
+        self.jax_caches = JaxCaches(settings.jax_cache or self.snapshots / "jax-cache", settings.max_output_mb)
 
     # ------------------------------------------------------------ pieces
     def _scratch(self, name: str) -> Path:
@@ -89,6 +98,13 @@ class LocalRunner:
             env[RUSTC_ENV] = str(self.rust[0])
         return env
 
+    def _candidate_env(self, extra: dict) -> dict:
+        """A scrubbed environment for candidate code, without the name of the user-level cache (only
+        the daemon reads and writes that; the walls hide it too)."""
+        env = processes.scrubbed_env(extra)
+        env.pop(USER_CACHE_ENV, None)
+        return env
+
     # ------------------------------------------------------------ measure
     def measure(self, slot: Slot, commit: str, seed: int) -> Measurement:
         s, folder = self.settings, slot.folder
@@ -101,12 +117,14 @@ class LocalRunner:
         source = self._checkout(commit, f"{folder.path.name}-seed{seed}")
         try:
             # train.py reads the run's verdicts (make_vec_env("auto")); it cannot write them.
-            env = processes.scrubbed_env({**self._backend_env(s.verify_cache),
-                                          **train_env(folder.out, s.env_id, s.budget_s, seed)})
-            result = self._spawn(slot, "train", [sys.executable, TRAIN_SCRIPT], source, env, folder.train_log,
-                                 s.budget_s + s.grace_s, f"training (budget {s.budget_s:.0f}s)",
-                                 self._walls(source, [source, s.verify_cache], [folder.out]),
-                                 output_dir=folder.out, max_output_bytes=int(s.max_output_mb * 2**20))
+            with self.jax_caches.use(commit) as jax_cache:
+                env = self._candidate_env({**self._backend_env(s.verify_cache),
+                                           **train_env(folder.out, s.env_id, s.budget_s, seed),
+                                           JAX_CACHE_ENV: str(jax_cache)})
+                result = self._spawn(slot, "train", [sys.executable, TRAIN_SCRIPT], source, env, folder.train_log,
+                                     s.budget_s + s.grace_s, f"training (budget {s.budget_s:.0f}s)",
+                                     self._walls(source, [source, s.verify_cache], [folder.out, jax_cache]),
+                                     output_dir=folder.out, max_output_bytes=int(s.max_output_mb * 2**20))
         finally:
             shutil.rmtree(source, ignore_errors=True)
         text = folder.train_log.read_text(encoding="utf-8", errors="replace") if folder.train_log.exists() else ""
@@ -187,7 +205,7 @@ class LocalRunner:
         out = cache / json_path.name
         result = self._spawn(
             slot, stage, [sys.executable, "-m", f"envs_fast.{stage}", "--env", s.env_id, *args, "--json", str(out)],
-            source, processes.scrubbed_env(self._backend_env(cache)), log_path, s.verify_timeout_s, tick,
+            source, self._candidate_env(self._backend_env(cache)), log_path, s.verify_timeout_s, tick,
             self._walls(source, [source], [cache]))
         data = None
         if out.exists():
@@ -222,7 +240,8 @@ class LocalRunner:
                                                      json_path, log_path, "verifying")
         try:
             if result.returncode == 0 and not result.interrupted and not result.timed_out:
-                self._merge(cache, "verdict", str(source / backend))
+                # a file's record is keyed by its content (found from here); gymnax's by its version
+                self._merge(cache, "verdict", str(source / backend) if is_file_spec(backend) else backend)
         finally:
             shutil.rmtree(source, ignore_errors=True)
             shutil.rmtree(cache, ignore_errors=True)
@@ -236,10 +255,11 @@ class LocalRunner:
                                  returncode=3, timed_out=True)
         return VerifyOutcome(result.returncode == 0, report[-12000:], returncode=result.returncode)
 
-    def bench(self, slot: Slot, commit: str, spec: str, json_path: Path) -> Optional[dict]:
-        result, data, source, cache = self._in_snapshot(
-            slot, "bench", commit, ["--backend", spec, "--seconds", number_arg(self.settings.bench_seconds)],
-            json_path, json_path.with_suffix(".log"), "benchmarking")
+    def bench(self, slot: Slot, commit: str, spec: str, json_path: Path, figures: str = "all") -> Optional[dict]:
+        args = ["--backend", spec, "--seconds", number_arg(self.settings.bench_seconds)]
+        args += ["--figures", figures] if figures != "all" else []  # (a commit's bench.py may predate the flag)
+        result, data, source, cache = self._in_snapshot(slot, "bench", commit, args, json_path,
+                                                        json_path.with_suffix(".log"), "benchmarking")
         try:
             if result.returncode == 0 and data:
                 measured = data.get("backend", spec)
@@ -257,6 +277,52 @@ class LocalRunner:
 
     def close(self) -> None:
         shutil.rmtree(self.snapshots, ignore_errors=True)
+        self.jax_caches.remove()
+
+
+class JaxCaches:
+    """JAX's persistent compilation caches, one folder per commit (`<root>/<commit>/`): the train
+    runs of one commit (baseline seeds, confirmations, a re-baseline) compile once, and no candidate
+    writes a cache that another commit's runs read. A folder is writable only inside the walls of its
+    own commit's train runs. Only the KEEP most recently used folders outlive their runs (a discarded
+    commit's goes soon), one grown past the output cap goes at once, and all go when the run ends."""
+
+    KEEP = 4
+
+    def __init__(self, root: Path, max_mb: float):
+        self.root = Path(root)
+        self.max_bytes = int(max_mb * 2**20)
+        self._lock = threading.Lock()
+        self._in_use: dict[str, int] = {}
+
+    @contextmanager
+    def use(self, commit: str):
+        path = self.root / commit
+        with self._lock:
+            path.mkdir(parents=True, exist_ok=True)
+            os.utime(path)
+            self._in_use[commit] = self._in_use.get(commit, 0) + 1
+        try:
+            yield path
+        finally:
+            with self._lock:
+                self._in_use[commit] -= 1
+                if not self._in_use[commit]:
+                    del self._in_use[commit]
+                    if processes.tree_size(path) > self.max_bytes:
+                        log.warning("JAX compilation cache of %s grew past %.0f MB: removed", commit[:7],
+                                    self.max_bytes / 2**20)
+                        shutil.rmtree(path, ignore_errors=True)
+                self._prune()
+
+    def _prune(self) -> None:
+        idle = [p for p in self.root.iterdir() if p.is_dir() and p.name not in self._in_use]
+        idle.sort(key=lambda p: p.stat().st_mtime, reverse=True)
+        for stale in idle[self.KEEP:]:
+            shutil.rmtree(stale, ignore_errors=True)
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def snapshot_root(workspace: Workspace) -> Path:

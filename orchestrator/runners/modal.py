@@ -181,8 +181,8 @@ class ModalRunner:
     def verify(self, slot: Slot, commit: str, backend: str, round_: int) -> VerifyOutcome:
         return self.local.verify(slot, commit, backend, round_)
 
-    def bench(self, slot: Slot, commit: str, spec: str, json_path: Path) -> Optional[dict]:
-        return self.local.bench(slot, commit, spec, json_path)
+    def bench(self, slot: Slot, commit: str, spec: str, json_path: Path, figures: str = "all") -> Optional[dict]:
+        return self.local.bench(slot, commit, spec, json_path, figures)
 
     # ------------------------------------------------------------ cancel
     def cancel(self, handle: dict) -> bool:

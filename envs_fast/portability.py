@@ -1,0 +1,54 @@
+"""Whether an environment's physics can be translated here at all.
+
+A translation (JAX or Rust) reimplements the reference's step and must sync state with it. That is
+possible for environments written in Python (classic control, toy text, `envs/<name>/` created ones),
+not for ones that step a compiled physics engine with no port to translate to: Box2D has none, and
+MuJoCo has one (MJX) only when `mujoco-mjx` is installed. The daemon asks this before it schedules
+translate experiments for a code-writing agent. Decided by the env spec's entry point module alone:
+nothing is instantiated.
+"""
+from __future__ import annotations
+
+import importlib.util
+from typing import Optional
+
+# entry point module prefix -> (engine, the importable port that makes it translatable, or None)
+ENGINES = {
+    "gymnasium.envs.box2d": ("Box2D", None),
+    "gymnasium.envs.mujoco": ("MuJoCo", "mujoco.mjx"),
+}
+
+
+def entry_module(env_id: str) -> Optional[str]:
+    """The module of the env's registered entry point ("gymnasium.envs.box2d.bipedal_walker"), or
+    None for an unknown id or a callable entry point."""
+    import gymnasium
+
+    try:
+        entry = gymnasium.spec(env_id).entry_point
+    except Exception:  # gymnasium raises several error types for unknown or deprecated ids
+        return None
+    return entry.split(":", 1)[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
+
+
+def no_port_reason(env_id: str) -> Optional[str]:
+    """Why no translation of `env_id` can pass verification here (one sentence), or None when its
+    physics is plain Python (or unknown: then translating is worth a try)."""
+    module = entry_module(env_id)
+    if module is None:
+        return None
+    for prefix, (engine, port) in ENGINES.items():
+        if module == prefix or module.startswith(prefix + "."):
+            if port is None:
+                return f"{env_id} steps the {engine} physics engine ({module}), which has no JAX or Rust port"
+            if not _importable(port):
+                return (f"{env_id} steps the {engine} physics engine ({module}) and its port {port} is not "
+                        f"installed (pip install {port.replace('.', '-')})")
+    return None
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False

@@ -1,0 +1,287 @@
+"""The backends a checkout ships, verified at setup: before its baseline, a run verifies (L1-L3) and
+benchmarks the translations its start commit holds for the env (JAX `envs_fast/<slug>.py`, Rust
+`envs_fast/<slug>.rs`) and gymnax where gymnax has the env, so that the baseline already trains on
+the fastest verified backend (envs_fast.choose_backend reads the run's verdict cache, which starts
+empty).
+
+The work goes through the run's runner as a translate experiment's does (walled snapshot of the
+commit, scratch cache, only the expected record merged back). A verdict or benchmark record made by
+an earlier run for the same content, verifier and package versions comes from the user-level cache
+instead (orchestrator/usercache.py), so the second run on an env pays close to nothing. What training
+will use, and why, goes to daemon.log and to results/<tag>/backend.json (which `status` shows).
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from envs_fast.protocol import is_file_spec, is_rust_spec, sync_companion, translation_path
+
+from .artifacts import TRAIN_SCRIPT
+from .config import RunConfig
+from .daemon import log
+from .inflight import InFlight
+from .results import ExpFolder, RunFolder, read_json
+from .runners import Runner, Slot
+from .usercache import UserCache, bench_context, figures_name, user_cache_dir
+from .workspace import Workspace
+
+SETUP = "setup"                 # results/<tag>/setup/<backend>/: its verification report and benchmark
+BACKEND_JSON = "backend.json"   # results/<tag>/backend.json: what the baseline trains on, and why
+VERIFY_WORKERS = 3              # verifications at once (compile-bound; the benchmarks run one at a time)
+
+
+@dataclass
+class Shipped:
+    """One backend the start commit ships, as setup finds it."""
+    spec: str                     # as the runner verifies it: "envs_fast/cartpole_v1.py" or "gymnax"
+    local: str                    # the same in this setup's copy of the commit (record names hash its content)
+    folder: ExpFolder             # results/<tag>/setup/<name>/
+    passed: Optional[bool] = None
+    how: str = ""                 # "verified at setup", "verified by an earlier run", or why it failed
+    figures: dict = field(default_factory=dict)   # the benchmark's JSON (train_sps, train_path, ...)
+
+    @property
+    def name(self) -> str:
+        return self.folder.path.name
+
+
+def shipped_specs(env_id: str, workspace: Workspace, commit: str) -> list[str]:
+    """The backends `commit` ships for `env_id`: its JAX and Rust translations (Rust where rustc
+    can build it), then gymnax."""
+    from envs_fast.gymnax_backend import gymnax_supports
+    from envs_fast.rust_backend import rustc_available
+
+    specs = [translation_path(env_id, ".", lang).as_posix() for lang in ("jax", "rust")]
+    specs = [spec for spec in specs if workspace.has_path(commit, spec)]
+    if not rustc_available() and any(is_rust_spec(spec) for spec in specs):
+        log.info("setup: rustc is not on PATH, so the Rust translation is not verified (nor trained on)")
+        specs = [spec for spec in specs if not is_rust_spec(spec)]
+    return specs + (["gymnax"] if gymnax_supports(env_id) else [])
+
+
+def saved_choice(folder: RunFolder) -> dict:
+    return read_json(folder.path / BACKEND_JSON)
+
+
+def choice_line(choice: dict) -> str:
+    """`training backend: envs_fast/cartpole_v1.py (verified L1-L3 at setup, 1.4M train sps vs 90k
+    gymnasium vector env) -> jax-e2e`, from backend.json."""
+    return f"training backend: {choice.get('backend', '?')} ({choice.get('why', '')}) -> {choice.get('path', '?')}"
+
+
+def verify_at_setup(config: RunConfig, folder: RunFolder, workspace: Workspace, runner: Runner,
+                    journal: InFlight, stop_requested) -> Optional[dict]:
+    """Verify and benchmark what config.base_commit ships for the env into the run's cache (or take
+    the records from the user cache); write backend.json and log the choice. None when stopped."""
+    started = time.monotonic()
+    verify_cache = folder.path / RunFolder.VERIFY_CACHE
+    user = UserCache(user_cache_dir(), verify_cache)
+    commit = config.base_commit
+    specs = shipped_specs(config.env_id, workspace, commit)
+    journal.set_waiting(f"setting up: verifying the backends {commit[:7]} ships ({', '.join(specs) or 'none'})")
+    try:
+        with tempfile.TemporaryDirectory(prefix="autorl-setup-") as scratch:
+            paths = [p for spec in specs if is_file_spec(spec) for p in _files(spec)] + [TRAIN_SCRIPT]
+            copy = workspace.extract(commit, Path(scratch) / "commit", paths)
+            backends = [Shipped(spec, str(copy / spec) if is_file_spec(spec) else spec,
+                                ExpFolder(folder.path / SETUP / Path(spec).name)) for spec in specs]
+            for backend in backends:
+                backend.folder.path.mkdir(parents=True, exist_ok=True)
+            where = f"bench/{bench_context(copy)}"
+            if not _verify_all(backends, config, runner, user, commit) or stop_requested():
+                log.info("setup stopped before its verification ended; a resumed run does it again")
+                return None
+            for backend in (b for b in backends if b.passed):
+                if not _bench(backend, config, runner, user, commit, where) and stop_requested():
+                    log.info("setup stopped during a benchmark; a resumed run does it again")
+                    return None
+            choice = _choose(config.env_id, copy, verify_cache, backends)
+    finally:
+        journal.set_waiting(None)
+    choice["setup_seconds"] = round(time.monotonic() - started, 1)
+    _write_json(folder.path / BACKEND_JSON, choice)
+    log.info("%s [setup %.1fs]", choice_line(choice), choice["setup_seconds"])
+    return choice
+
+
+def skipped(folder: RunFolder, why: str) -> dict:
+    """backend.json of a run that did not verify at setup (--no-setup-verify, a Modal runner)."""
+    choice = {"backend": "auto", "path": "as train.py decides", "why": why, "setup_seconds": 0.0, "backends": []}
+    _write_json(folder.path / BACKEND_JSON, choice)
+    log.info("setup verification skipped: %s", why)
+    return choice
+
+
+# ---------------------------------------------------------------- verify
+def _files(spec: str) -> list[str]:
+    return [spec, sync_companion(spec).as_posix()] if is_rust_spec(spec) else [spec]
+
+
+def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user: UserCache, commit: str) -> bool:
+    """Each backend's verdict, from the run's cache, the user cache, or the verifier (several at
+    once). False when a verification was interrupted."""
+    from envs_fast.cache import record_name
+
+    todo = []
+    for backend in backends:
+        name = record_name("verdict", backend.local, config.env_id)
+        if (user.run_cache / name).is_file() or user.lend(name):
+            backend.passed = bool(read_json(user.run_cache / name).get("passed"))
+            backend.how = "verified L1-L3 by an earlier run (user cache)"
+            _lend_library(backend, user)
+            log.info("setup: %s: %s", backend.spec, backend.how if backend.passed else "a cached verdict FAILED")
+        else:
+            todo.append((backend, name))
+    if not todo:
+        return True
+    log.info("setup: verifying %s at L1-L3 before the baseline", ", ".join(b.spec for b, _ in todo))
+
+    def verify(item: tuple[Shipped, str]) -> bool:
+        backend, name = item
+        outcome = runner.verify(Slot(0, backend.folder, f"setup {backend.spec}"), commit, backend.spec, 0)
+        if outcome.interrupted:
+            return False
+        backend.passed = outcome.passed
+        if outcome.passed:
+            backend.how = "verified L1-L3 at setup"
+            user.keep(name)
+            _keep_library(backend, user)
+            log.info("setup: %s verified L1-L3", backend.spec)
+        else:
+            report = backend.folder.verify_round(0)[1]
+            backend.how = f"verification failed (exit {outcome.returncode}): {first_failing_line(outcome.report)}"
+            log.warning("setup: %s FAILED verification (report %s): %s; training falls back to another backend",
+                        backend.spec, report, first_failing_line(outcome.report))
+        return True
+
+    with ThreadPoolExecutor(max_workers=min(VERIFY_WORKERS, len(todo))) as pool:
+        return all(list(pool.map(verify, todo)))
+
+
+def first_failing_line(report: str) -> str:
+    """The line of a verifier's report that says what failed first: its first `[FAIL]` check, else
+    the first line saying FAIL, else its last line (an error message)."""
+    lines = [line.strip() for line in report.splitlines() if line.strip()]
+    for marker in ("[FAIL]", "FAIL"):
+        found = [line for line in lines if marker in line]
+        if found:
+            return found[0][:240]
+    return lines[-1][:240] if lines else "no report"
+
+
+def _library(backend: Shipped) -> Optional[str]:
+    """The folder name of a Rust translation's built library (`<source>-<toolchain>`)."""
+    if not is_rust_spec(backend.local):
+        return None
+    from envs_fast.rust_backend import library_path, rustc_available
+
+    return library_path(backend.local).parent.name if rustc_available() else None
+
+
+def _lend_library(backend: Shipped, user: UserCache) -> None:
+    folder = _library(backend)
+    if folder:
+        user.lend_library(folder)
+
+
+def _keep_library(backend: Shipped, user: UserCache) -> None:
+    folder = _library(backend)
+    if folder:
+        user.keep_library(folder)
+
+
+# ---------------------------------------------------------------- bench
+def _bench(backend: Shipped, config: RunConfig, runner: Runner, user: UserCache, commit: str, where: str) -> bool:
+    """The backend's throughput record in the run's cache and its figures: from the user cache when
+    an earlier run on this machine measured the same content with the same train.py constants."""
+    from envs_fast.cache import record_name
+
+    name = record_name("bench", backend.local, config.env_id)
+    figures = user.read(figures_name(name), where)
+    if figures and user.lend(name, where):
+        backend.figures = figures
+        return True
+    json_path = backend.folder.path / "bench.json"
+    log.info("setup: benchmarking %s (%gs per figure)", backend.spec, config.bench_seconds)
+    figures = runner.bench(Slot(0, backend.folder, f"setup {backend.spec}"), commit, backend.spec, json_path,
+                           figures="train")
+    if not figures:
+        log.warning("setup: the benchmark of %s failed (see %s)", backend.spec, json_path.with_suffix(".log"))
+        return False
+    backend.figures = figures
+    if user.keep(name, where):
+        user.write(figures_name(name), figures, where)
+    _keep_library(backend, user)
+    return True
+
+
+# ---------------------------------------------------------------- the choice
+@contextmanager
+def _reading(verify_cache: Path):
+    """envs_fast reads the verdict cache named by AUTORL_VERIFY_CACHE: this run's, for a moment."""
+    from envs_fast.cache import CACHE_ENV_VAR
+
+    before = os.environ.get(CACHE_ENV_VAR)
+    os.environ[CACHE_ENV_VAR] = str(verify_cache)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(CACHE_ENV_VAR, None)
+        else:
+            os.environ[CACHE_ENV_VAR] = before
+
+
+def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped]) -> dict:
+    """What train.py's `auto` picks in the start commit with the run's cache, and why."""
+    import envs_fast
+    from envs_fast.bench import train_num_envs
+
+    with _reading(verify_cache):
+        chosen = envs_fast.choose_backend(env_id, train_num_envs(copy), root=copy)
+    by_local = {b.local: b for b in backends}
+    winner = by_local.get(chosen)
+    summary = [{"backend": b.spec, "passed": b.passed, "how": b.how, "train_sps": b.figures.get("train_sps"),
+                "train_path": b.figures.get("train_path"), "report": str(b.folder.verify_round(0)[1])}
+               for b in backends]
+    if winner is not None:
+        figures = winner.figures
+        spec, path = winner.spec, figures.get("train_path") or ("host" if is_rust_spec(winner.spec) else "?")
+        why = winner.how
+        if figures.get("train_sps"):
+            why += (f", {_sps(figures['train_sps'])} train sps vs {_sps(figures.get('reference_sps'))} "
+                    f"reference (one gymnasium env)")
+    else:
+        spec, path = chosen, "host"
+        failed = [b.spec for b in backends if b.passed is False]
+        if not backends:
+            reason = f"envs_fast/ ships no translation of {env_id} and gymnax has none"
+        elif len(failed) == len(backends):
+            reason = f"no shipped backend passed verification ({', '.join(failed)} failed)"
+        else:
+            reason = "the cached figures rank it above the shipped backends"
+        what = {"envpool": "envpool (trusted without a verdict)",
+                "reference": "gymnasium's own vector env"}.get(chosen, chosen)
+        why = f"{reason}: {what}"
+    return {"backend": spec, "path": path, "why": why, "backends": summary, "time": time.time()}
+
+
+def _sps(value) -> str:
+    if not value:
+        return "?"
+    value = float(value)
+    return f"{value / 1e6:.2f}M" if value >= 1e6 else f"{value / 1e3:.0f}k" if value >= 1e3 else f"{value:.0f}"
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    tmp.replace(path)

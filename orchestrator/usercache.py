@@ -1,0 +1,142 @@
+"""The user-level cache: verdicts and benchmark records that a user's runs share, so the second run
+on an env does not verify and benchmark again what the first one did.
+
+Records keep the names `envs_fast.cache.record_name` gives them in a run's cache (the backend's
+content or package version, the versions of the packages that decide its behaviour, the env id and
+the verifier's source), so a record applies exactly where it would in the run that made it. Only the
+daemon reads and writes this folder: it lends a record to a run's cache before verifying, and keeps a
+record once it has merged it from a verifier's scratch cache. Candidate code never sees it (it is
+outside every sandbox's walls, and the variable naming it is not passed on).
+
+Layout of `user_cache_dir()` ($AUTORL_USER_CACHE, else $XDG_CACHE_HOME/autorl/verify, else
+~/.cache/autorl/verify):
+    verdict-<key>.json                    a passing verdict (failures are never kept: verified again)
+    bench/<context>/bench-<key>.json      a throughput record, and bench-<key>.figures.json the benchmark's
+                                          figures; <context> names the machine and the train.py constants
+                                          the figure depends on (bench reads NUM_ENVS, JAX_NUM_ENVS, ...)
+    rust/<source>-<toolchain>/            a Rust translation's built library, as in a run's cache
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+USER_CACHE_ENV = "AUTORL_USER_CACHE"
+# What bench reads from candidate/train.py's hyperparameter block (envs_fast.bench.train_num_envs, e2e_shape).
+TRAIN_CONSTANTS = ("NUM_ENVS", "JAX_NUM_ENVS", "JAX_NUM_STEPS", "HIDDEN_SIZE")
+
+
+def user_cache_dir(environ: Optional[dict] = None) -> Path:
+    environ = os.environ if environ is None else environ
+    if environ.get(USER_CACHE_ENV):
+        return Path(environ[USER_CACHE_ENV]).expanduser()
+    base = environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "autorl" / "verify"
+
+
+def bench_context(root: Path) -> str:
+    """What a throughput figure depends on besides the backend: this machine, and the train.py
+    constants bench reads from the checkout at `root` (as text; nothing is imported)."""
+    from envs_fast.bench import train_constant
+
+    constants = {name: train_constant(name, root) for name in TRAIN_CONSTANTS}
+    machine = f"{platform.node()}-{os.cpu_count()}cpu-{platform.machine()}"
+    digest = hashlib.sha256(json.dumps([machine, constants], sort_keys=True).encode()).hexdigest()[:16]
+    return f"{''.join(c if c.isalnum() or c in '-_.' else '_' for c in platform.node())[:40]}-{digest}"
+
+
+def figures_name(record_name: str) -> str:
+    """`bench-<key>.json` -> `bench-<key>.figures.json`: the benchmark's own JSON beside its record."""
+    return record_name[:-len(".json")] + ".figures.json"
+
+
+class UserCache:
+    """The user-level cache seen from one run: `lend` copies a record into the run's cache, `keep`
+    copies one from it. Both are atomic, so concurrent runs never read half a file."""
+
+    def __init__(self, root: Path, run_cache: Path):
+        self.root = Path(root)
+        self.run_cache = Path(run_cache)
+
+    def lend(self, name: str, where: str = "") -> bool:
+        """Copy `where/name` of the user cache into the run's cache; False when there is none."""
+        source = self.root / where / name
+        if not source.is_file():
+            return False
+        _copy_atomically(source, self.run_cache / name)
+        return True
+
+    def keep(self, name: str, where: str = "") -> bool:
+        """Copy `name` of the run's cache into `where/` of the user cache; False when there is none."""
+        source = self.run_cache / name
+        if not source.is_file():
+            return False
+        try:
+            _copy_atomically(source, self.root / where / name)
+        except OSError:  # a read-only or full home: the run goes on, the next one verifies again
+            return False
+        return True
+
+    def read(self, name: str, where: str = "") -> dict:
+        try:
+            data = json.loads((self.root / where / name).read_text())
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def write(self, name: str, data: dict, where: str = "") -> None:
+        path = self.root / where / name
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as handle:
+                json.dump(data, handle, indent=1, default=str)
+            os.replace(handle.name, path)
+        except OSError:
+            pass
+
+    def lend_library(self, folder: str) -> bool:
+        """A Rust library folder `rust/<folder>/` into the run's cache (training loads it from there)."""
+        return _copy_library(self.root / "rust" / folder, self.run_cache / "rust" / folder)
+
+    def keep_library(self, folder: str) -> bool:
+        try:
+            return _copy_library(self.run_cache / "rust" / folder, self.root / "rust" / folder)
+        except OSError:
+            return False
+
+
+def _copy_atomically(source: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=dest.parent, delete=False, suffix=".tmp") as handle:
+        tmp = Path(handle.name)
+    try:
+        shutil.copyfile(source, tmp)
+        os.replace(tmp, dest)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _copy_library(source: Path, dest: Path) -> bool:
+    """Copy a built library folder unless the destination already has its library; the copy is
+    renamed into place, so a reader sees all of it or none."""
+    if not any(source.glob("*.so")):
+        return False
+    if any(dest.glob("*.so")):
+        return True
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".copy-"))
+    try:
+        shutil.copytree(source, scratch / "lib", ignore=shutil.ignore_patterns(".build-*"))
+        try:
+            os.replace(scratch / "lib", dest)
+        except OSError:  # another run put it there first
+            pass
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return True
