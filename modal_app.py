@@ -456,10 +456,8 @@ def main(env_id: str = "CartPole-v1", budget: float = 0, seed: int = 1, episodes
 
 
 def _default_tag(env_id: str) -> str:
-    try:
-        from orchestrator.config import default_tag
-    except ImportError:  # pragma: no cover - before the config module
-        from orchestrator.loop import default_tag
+    from orchestrator.config import default_tag
+
     return default_tag(env_id)
 
 

@@ -1,20 +1,25 @@
-"""Kinds of experiment, and what each must show to be kept. Phases judge; they run nothing
-themselves (a Runner does) and never call back into the loop.
+"""Kinds of experiment, and what each must show to be kept. Phases judge; they run nothing and
+never call back into the loop.
+
+A judgement is a generator: it yields what it needs measured next (a confirmation run, a
+verification, a repair round, a benchmark), the loop answers each request (through the runner,
+or the agent for a repair) and sends the answer back in, and the generator returns its
+verdict(s). Both phases are driven the same way, by `judge(judgement, answer)`.
 
 - `TrainPhase.judge_round`: K candidates of one round, each measured once; the best that beats
   the incumbent by more than the measured noise is kept (a win inside it is confirmed with more
-  seeds first; the thresholds and when to stop confirming are keep_rule's).
-- `TranslatePhase.execute`: verify a translation (repair rounds from the verifier's report,
-  through a `repair` function the loop supplies), benchmark it against the backend training
-  uses now, keep it when verified and faster.
+  seeds first: `Confirm` requests; the thresholds and when to stop confirming are keep_rule's).
+- `TranslatePhase.judge`: verify a translation (`Verify`; `RepairRound` from the verifier's report
+  while rounds are left), benchmark it against the backend training uses now (`Bench`), keep it
+  when verified and faster.
 """
 from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Generator, Optional
 
 from envs_fast.protocol import sync_companion, translation_path
 
@@ -22,7 +27,7 @@ from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log
 from .keep_rule import FUTILITY_T, LOOK_ALPHAS, Noise, ScoredRun, confirmation_seed, look
 from .results import RunFolder, Row, read_json
-from .runners.base import Measurement, Runner, Slot
+from .runners.base import Measurement, Slot
 from .workspace import compile_errors, disallowed
 
 
@@ -34,29 +39,70 @@ class Incumbent:
     noise: Noise                          # seed-to-seed noise of a run's score, measured this night
     seeds: tuple[int, int] = (1, 2)       # a candidate's train seed and its first confirmation seed
 
-    def confirmation_seed(self, k: int) -> int:
-        """The seed of confirmation run k (1, 2, ...): the first confirmation seed, then the next ones."""
-        return confirmation_seed(self.seeds[1], k)
-
 
 @dataclass
 class Verdict:
+    """A phase's judgement of one experiment: its status and why, over what was measured."""
     status: str                           # keep discard crash timeout invalid interrupted
-    score: Optional[float] = None
-    env_steps: Optional[int] = None
-    sps: Optional[float] = None
-    wall_s: float = 0.0
-    compute_usd: float = 0.0              # runner compute (Modal), added to the row's cost
+    measured: Measurement = field(default_factory=Measurement)  # a confirmed candidate's: the mean of its runs
     note: str = ""                        # the bracketed reason in the description
     failure: Optional[str] = None         # what the agent is shown next time
     commit: Optional[str] = None          # the final commit when repair rounds made new ones
     agent_cost_usd: float = 0.0           # repair rounds' agent cost
     decision: dict = field(default_factory=dict)  # train: the keep rule's evidence (decision.json)
 
+    @property
+    def score(self) -> Optional[float]:
+        return self.measured.score
+
+
+@dataclass
+class Confirm:
+    """Train candidate `index` of the round again: confirmation run `k` with `seed`."""
+    index: int
+    k: int
+    seed: int
+
+
+@dataclass
+class Verify:
+    """Verify the translation `spec` of `commit` at L1-L3 (round 0, then repair rounds)."""
+    commit: str
+    spec: str
+    round_: int
+
+
+@dataclass
+class RepairRound:
+    """Let the agent repair its translation from the verifier's report (answered with a Repair)."""
+    failure: str
+    round_: int
+
+
+@dataclass
+class Bench:
+    """Benchmark backend `spec` as `commit` would train on it, into `json_path` (answered with
+    the figures, or None when it failed)."""
+    commit: str
+    spec: str
+    json_path: Path
+
+
+Judgement = Generator[Any, Any, Any]
+
+
+def judge(judgement: Judgement, answer: Callable[[Any], Any]):
+    """Drive a phase's judgement: answer each request it yields until it returns its verdict(s)."""
+    try:
+        request = next(judgement)
+        while True:
+            request = judgement.send(answer(request))
+    except StopIteration as done:
+        return done.value
+
 
 def verdict_of(m: Measurement, status: str, note: str = "") -> Verdict:
-    return Verdict(status, score=m.score, env_steps=m.env_steps, sps=m.sps, wall_s=m.wall_s,
-                   compute_usd=m.compute_usd, note=note or m.note, failure=m.failure)
+    return Verdict(status, m, note=note or m.note, failure=m.failure)
 
 
 class Phase:
@@ -90,10 +136,11 @@ class TrainPhase(Phase):
         return [TRAIN_SCRIPT]
 
     def judge_round(self, measured: list[Measurement], incumbent: Incumbent,
-                    confirm: Callable[[int, int], Measurement], exps: Optional[list[int]] = None) -> list[Verdict]:
+                    exps: Optional[list[int]] = None) -> Judgement:
         """One verdict per candidate (exps: their experiment numbers), each with its evidence in
-        `decision`. `confirm(i, k)` retrains candidate i with confirmation seed k (1, 2, ...); the
-        candidate's runs join the noise estimate for the rest of the round."""
+        `decision`. Yields `Confirm(i, k, seed)` to have candidate i retrained with confirmation
+        seed k (1, 2, ...), answered with that run's Measurement; the candidate's runs join the
+        noise estimate for the rest of the round."""
         exps = exps or list(range(1, len(measured) + 1))
         verdicts: list[Optional[Verdict]] = [None] * len(measured)
         for i, m in enumerate(measured):
@@ -112,14 +159,14 @@ class TrainPhase(Phase):
                                                        f"({verdicts[kept].score:.3f})")
                 record["looks"].append({"runs": [asdict(first)], "action": "discard", "note": verdicts[i].note})
             else:
-                verdicts[i], noise = self._judge(m, first, noise, incumbent, record, lambda k: confirm(i, k))
-            verdicts[i].decision = {**record, "status": verdicts[i].status}
+                verdicts[i], noise = yield from self._judge(i, m, first, noise, incumbent, record)
+            verdicts[i].decision = record
             if verdicts[i].status == "keep":
                 kept = i
         return verdicts
 
-    def _judge(self, first: Measurement, run: ScoredRun, noise: Noise, incumbent: Incumbent, record: dict,
-               confirm: Callable[[int], Measurement]) -> tuple[Verdict, Noise]:
+    def _judge(self, index: int, first: Measurement, run: ScoredRun, noise: Noise, incumbent: Incumbent,
+               record: dict) -> Judgement:
         """One candidate: looks after its first run and after each confirmation run, until the rule
         keeps or discards it. Returns the verdict (score: the mean of its runs) and the estimate
         with its runs."""
@@ -132,17 +179,19 @@ class TrainPhase(Phase):
             if decision.action != "confirm":
                 break
             k = len(runs)
-            again = confirm(k)
+            seed = confirmation_seed(incumbent.seeds[1], k)
+            again = yield Confirm(index, k, seed)
             measurements.append(again)
             if again.status:
                 why = "stopped during" if again.status == "interrupted" else f"{again.status} in"
                 record["looks"].append({"confirmation": k, "status": again.status, "note": again.note})
-                v = verdict_of(first, "interrupted" if again.status == "interrupted" else "discard",
+                spent = replace(first, wall_s=sum(x.wall_s for x in measurements),
+                                compute_usd=sum(x.compute_usd for x in measurements))
+                v = verdict_of(spent, "interrupted" if again.status == "interrupted" else "discard",
                                f"{why} confirmation run {k}" + (f": {again.note}" if again.note else ""))
                 v.failure = again.failure or first.failure
-                v.wall_s, v.compute_usd = sum(x.wall_s for x in measurements), sum(x.compute_usd for x in measurements)
                 return v, noise.including(runs)
-            runs.append(ScoredRun(run.code, incumbent.confirmation_seed(k), again.score, _se(again),
+            runs.append(ScoredRun(run.code, seed, again.score, _se(again),
                                   f"{run.label} confirm {k}"))
         combined = Measurement(score=sum(r.score for r in runs) / len(runs), env_steps=first.env_steps, sps=first.sps,
                                wall_s=sum(x.wall_s for x in measurements),
@@ -174,8 +223,6 @@ class TranslateTrial:
     previous_best: str
     env_id: str
     repair_rounds: int
-    runner: Runner
-    repair: Callable[[str, int], Repair]   # (verifier report, round) -> the repaired commit
     spec: str = ""                         # the translation the candidate wrote (.py or .rs); "" = JAX's
     stop_requested: Callable[[], bool] = lambda: False
 
@@ -241,7 +288,8 @@ class TranslatePhase(Phase):
                       and (not kept or r.exp > kept[-1].exp)]
         return len(since_gain) < patience
 
-    def execute(self, trial: TranslateTrial) -> Verdict:
+    def judge(self, trial: TranslateTrial) -> Judgement:
+        """Yields Verify, RepairRound and Bench requests; returns the Verdict."""
         path, commit, cost = trial.spec or self.translation(trial.env_id), trial.commit, 0.0
 
         def verdict(status: str, **kw) -> Verdict:
@@ -250,7 +298,7 @@ class TranslatePhase(Phase):
         for round_ in range(trial.repair_rounds + 1):
             label = trial.slot.label + (f" repair {round_}" if round_ else "")
             log.info("%s: verifying %s at L1-L3", label, path)
-            outcome = trial.runner.verify(trial.slot, commit, path, round_)
+            outcome = yield Verify(commit, path, round_)
             if outcome.interrupted:
                 return verdict("interrupted", note="stopped during verification")
             log.info("%s: verification %s", label, "passed" if outcome.passed else "FAILED")
@@ -262,7 +310,7 @@ class TranslatePhase(Phase):
             if round_ == trial.repair_rounds:
                 return verdict("discard", note=f"verification failed after {round_} repair round(s): "
                                                f"{_first_line(failure)}", failure=failure)
-            repair = trial.repair(failure, round_ + 1)
+            repair = yield RepairRound(failure, round_ + 1)
             cost += repair.cost_usd
             commit = repair.commit or commit
             if repair.status == "stopped":
@@ -277,9 +325,9 @@ class TranslatePhase(Phase):
                                failure=f"the repair was rejected: {repair.problem}")
         verified = "verified L1-L3" + (f" after {round_} repair round(s)" if round_ else "")
         folder = trial.slot.folder
-        new = trial.runner.bench(trial.slot, commit, path, folder.bench)
+        new = yield Bench(commit, path, folder.bench)
         # The incumbent: what make_vec_env(backend="auto") chose in the previous best commit.
-        old = trial.runner.bench(trial.slot, trial.previous_best, "auto", folder.bench_incumbent)
+        old = yield Bench(trial.previous_best, "auto", folder.bench_incumbent)
         if new is None or old is None:
             stopped = trial.stop_requested()
             return verdict("interrupted" if stopped else "crash",
@@ -299,8 +347,8 @@ class TranslatePhase(Phase):
         figures = (f"{verified}; {new['ratio']:.0f}x the reference env; training {how} "
                    f"{new_sps:,.0f} sps vs {old_sps:,.0f} ({name}) = {speedup:.2f}x")
         if speedup > 1.0:
-            return verdict("keep", sps=new["backend_sps"], note=figures)
-        return verdict("discard", sps=new["backend_sps"], note=f"{figures}: not faster than the current backend",
+            return verdict("keep", measured=Measurement(sps=new["backend_sps"]), note=figures)
+        return verdict("discard", measured=Measurement(sps=new["backend_sps"]), note=f"{figures}: not faster than the current backend",
                        failure=f"Your translation passed verification but is not faster than the backend "
                                f"training uses now: {figures}. Make it faster.")
 

@@ -30,6 +30,15 @@ class Row:
     description: str = ""
     time: str = ""
 
+    @classmethod
+    def of(cls, exp: int, phase: str, status: str, measured, commit: str = "", best: Optional[float] = None,
+           wall_s: Optional[float] = None, cost_usd: float = 0.0, description: str = "") -> "Row":
+        """The row of an experiment from what its runner measured (anything with score, env_steps
+        and sps: a runner's Measurement), with the status and description its judge gave it."""
+        return cls(exp=exp, phase=phase, status=status, commit=commit, score=measured.score, best=best,
+                   env_steps=measured.env_steps, sps=measured.sps, wall_s=wall_s, cost_usd=cost_usd,
+                   description=description)
+
     def __post_init__(self):
         if self.status not in STATUSES:
             raise ValueError(f"unknown status {self.status!r}; expected one of {', '.join(STATUSES)}")

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from orchestrator.keep_rule import LOOK_ALPHAS, MAX_RUNS, ScoredRun, estimate, look, simulate, t_quantile
+from orchestrator.ledger import Ledger
 from orchestrator.loop import Run
 from orchestrator.results import ExpFolder, ResultsFile, Row, RunFolder
 
@@ -125,7 +126,7 @@ def test_a_nights_pairs_baselines_confirmations_and_re_baselines(tmp_path):
     _eval(folder.exp(7).confirmation(1), 0.0)       # an invalid experiment's runs never count
     _eval(folder.exp(9), 168.0)                     # re-baseline of exp 5: groups with its confirmations
     run = Run.__new__(Run)
-    run.config, run.folder, run.results = SimpleNamespace(train_seeds=[1, 2], confirm_seed=2), folder, results
+    run.config, run.folder, run.ledger = SimpleNamespace(train_seeds=[1, 2], confirm_seed=2), folder, Ledger(results)
     noise = run.noise_estimate()
     assert [[r.label for r in g] for g in noise.groups] == [
         ["exp 0 run 1", "exp 0 run 2"], ["exp 1", "exp 1 confirm 1"],

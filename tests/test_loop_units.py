@@ -231,7 +231,7 @@ def test_stop_reasons_between_experiments(autorl_repo):
     run.limits.deadline = time.time() + 3600
     assert run.stop_reason() is None
     run.append(Row(exp=1, phase="train", status="crash", cost_usd=1.0))
-    assert run.stop_reason() is None and run.next_exp() == 2
+    assert run.stop_reason() is None and run.ledger.next_exp() == 2
     run.append(Row(exp=2, phase="train", status="crash", cost_usd=1.5))
     assert run.stop_reason() == "--max-experiments 2 reached"
     run.limits.max_experiments = None
