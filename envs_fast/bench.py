@@ -186,7 +186,7 @@ def jax_runner(spec: str, env_id: str, num_envs: int, seed: int = 0, scan_steps:
 
     from envs_fast.vector import make_batched_functions, max_episode_steps, reference_spaces
 
-    backend = load_functional(spec, env_id)
+    backend = load_functional(spec, env_id, verified_only=False)
     batched_reset, batched_step = make_batched_functions(backend, max_episode_steps(env_id))
     sample = random_actions(reference_spaces(env_id)[1])
 
@@ -216,7 +216,7 @@ def e2e_runner(spec: str, env_id: str, num_envs: int, num_steps: int, hidden: in
 
     from envs_fast.vector import make_batched_functions, max_episode_steps, reference_spaces
 
-    backend = load_functional(spec, env_id)
+    backend = load_functional(spec, env_id, verified_only=False)
     batched_reset, batched_step = make_batched_functions(backend, max_episode_steps(env_id))
     obs_space, act_space = reference_spaces(env_id)
     categories = int(obs_space.n) if isinstance(obs_space, gym.spaces.Discrete) else 0
@@ -267,10 +267,13 @@ def e2e_runner(spec: str, env_id: str, num_envs: int, num_steps: int, hidden: in
     return _scan_runner(rollout, carry, num_steps * num_envs)
 
 
-def host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: int = 16) -> Runner:
+def host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: int = 16, threads: int = 1) -> Runner:
     """train.py's host loop without its update: each step a torch MLP policy (two tanh layers of
-    `hidden`, random weights) samples the actions from the observations, then the VectorEnv steps."""
+    `hidden`, random weights, on train.py's TORCH_THREADS threads) samples the actions from the
+    observations, then the VectorEnv steps."""
     import torch
+
+    torch.set_num_threads(threads)  # (torch's default, every core, is ~30x slower for such small layers)
 
     obs_space, act_space = venv.single_observation_space, venv.single_action_space
     categories = int(obs_space.n) if isinstance(obs_space, gym.spaces.Discrete) else 0
@@ -392,18 +395,19 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
         everything = figures == "all"
         runners = {"reference": reference_runner(env_id, seed)}
         if everything:
-            runners["backend"] = (vector_runner(make_vec_env(spec, env_id, num_envs, seed), seed) if vector_backend
+            runners["backend"] = (vector_runner(make_vec_env(spec, env_id, num_envs, seed, verified_only=False), seed) if vector_backend
                                   else rust_runner(spec, env_id, num_envs, seed) if rust
                                   else jax_runner(spec, env_id, num_envs, seed))
             runners["reference_vec"] = vector_runner(
                 gym.make_vec(env_id, num_envs=adapter_num_envs, vectorization_mode="sync"), seed)
         if everything:
-            runners["adapter"] = vector_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root), seed)
+            runners["adapter"] = vector_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root, verified_only=False), seed)
         if e2e:
             runners["e2e"] = e2e_runner(spec, env_id, *e2e, seed=seed)
         else:
-            runners["host"] = host_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root),
-                                          train_constant("HIDDEN_SIZE", root_path) or 64, seed)
+            runners["host"] = host_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root, verified_only=False),
+                                          train_constant("HIDDEN_SIZE", root_path) or 64, seed,
+                                          threads=train_constant("TORCH_THREADS", root_path) or 1)
         sps = measure(runners, seconds)
     backend, single, reference_vec, adapter = sps.get("backend"), sps["reference"], sps.get("reference_vec"), \
         sps.get("adapter")
