@@ -256,7 +256,10 @@ def prepare_backends(config: RunConfig, folder: RunFolder, workspace: Workspace,
     elif config.runner == "modal":
         shipped.skipped(folder, "--runner modal: the training container does not see this run's verdicts")
     else:
-        shipped.verify_at_setup(config, folder, workspace, runner, journal, stop.requested)
+        try:
+            shipped.verify_at_setup(config, folder, workspace, runner, journal, stop.requested)
+        except Exception as exc:  # a bug or a broken cache costs speed, never the run
+            log.exception("setup verification failed (%s); the baseline trains on what is verified already", exc)
 
 
 # Agents that write code alternate translating the env and training; optuna only tunes train.py.
