@@ -2,29 +2,75 @@
 
 - `make_vec_env(spec, env_id, num_envs, seed)`: any backend as a `gymnasium.vector.VectorEnv`.
 - `choose_backend(env_id, num_envs)`: the spec of the fastest verified backend (what "auto" uses).
+- `training_refusal(spec, env_id)`: why a training run may not use a backend (None: it may). In a
+  training run ($AUTORL_OUTPUT_DIR set) `make_vec_env` and `backend.load_functional` apply it
+  themselves, so a backend named by hand trains only once verified.
 - `python -m envs_fast.verify ...`, `python -m envs_fast.bench ...` (also via `python -m orchestrator`).
 See README.md in this directory for the backend protocol.
 """
 from __future__ import annotations
 
+import os
+import sys
 from pathlib import Path
 
 from envs_fast.protocol import BackendError, slug, translation_path
 
-__all__ = ["BackendError", "slug", "make_vec_env", "choose_backend", "translation_path"]
+__all__ = ["BackendError", "slug", "make_vec_env", "choose_backend", "translation_path", "training_refusal",
+           "in_training_run"]
+
+# Set for every training run (orchestrator.artifacts.train_env, the agents' trial runs), never for
+# verify or bench, which must load backends that are not verified yet.
+TRAINING_RUN_VARIABLE = "AUTORL_OUTPUT_DIR"
+TRUSTED_SPECS = ("reference", "gymnasium")  # the reference itself needs no verdict
 
 
-def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None, root: str | Path | None = None):
+def in_training_run() -> bool:
+    return bool(os.environ.get(TRAINING_RUN_VARIABLE))
+
+
+def training_refusal(spec: str, env_id: str, root: str | Path | None = None) -> str | None:
+    """Why training may not use backend SPEC for `env_id` in this run, or None when it may: a
+    translation (JAX or Rust) or gymnax needs a passing verdict in the run's verdict cache (the one
+    `cache.cached_verdict` reads: $AUTORL_VERIFY_CACHE under the daemon); envpool is trusted unless
+    a cached verdict fails (the rule `choose_backend` applies); the reference always may."""
+    from envs_fast import cache
+    from envs_fast.protocol import resolve_spec
+
+    spec = resolve_spec(spec, env_id, root)
+    if spec in TRUSTED_SPECS:
+        return None
+    record = cache.cached_verdict(spec, env_id)
+    if record is not None and not record.get("passed"):
+        return f"{spec} failed verification for {env_id}: {record.get('summary', '')}".rstrip(": ")
+    if record is None and spec != "envpool":
+        return f"{spec} has no verdict for {env_id} in this run's verdict cache ({cache.cache_dir()})"
+    return None
+
+
+def _gate(verified_only: bool | None) -> bool:
+    return in_training_run() if verified_only is None else verified_only
+
+
+def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None, root: str | Path | None = None,
+                 verified_only: bool | None = None):
     """A `gymnasium.vector.VectorEnv` over the backend SPEC: a translation file path (JAX `.py` or
     Rust `.rs`), "jax"/"translation" (`envs_fast/<slug>.py`), "rust" (`envs_fast/<slug>.rs`),
-    "envpool", "gymnax" or "reference"."""
+    "envpool", "gymnax" or "reference".
+
+    verified_only (default: in a training run): a backend `training_refusal` refuses is replaced by
+    the reference, with a line on stderr saying why."""
     from envs_fast.backend import load_functional
     from envs_fast.protocol import check_env_id, is_rust_spec, resolve_spec
 
     check_env_id(env_id)
     spec = resolve_spec(spec, env_id, root)
+    refusal = training_refusal(spec, env_id, root) if _gate(verified_only) else None
+    if refusal:
+        print(f"envs_fast.make_vec_env: {refusal}; stepping the reference instead", file=sys.stderr, flush=True)
+        spec = "reference"
     if is_rust_spec(spec):
-        from envs_fast.rust_backend import make_rust_vec_env
+        from envs_fast.rust_vector import make_rust_vec_env
 
         return make_rust_vec_env(spec, env_id, num_envs, seed)
     if spec == "envpool":
@@ -42,7 +88,7 @@ def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None,
         return env
     from envs_fast.vector import JaxVectorEnv
 
-    return JaxVectorEnv(load_functional(spec, env_id, root), num_envs, seed)
+    return JaxVectorEnv(load_functional(spec, env_id, root, verified_only=False), num_envs, seed)
 
 
 def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None) -> str:

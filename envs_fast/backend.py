@@ -39,10 +39,20 @@ def load_translation(path: str | Path, env_id: str | None = None) -> FunctionalB
     )
 
 
-def load_functional(spec: str, env_id: str, root: str | Path | None = None) -> FunctionalBackend:
-    """A functional backend for SPEC (a translation path, "jax"/"translation", or "gymnax")."""
+def load_functional(spec: str, env_id: str, root: str | Path | None = None,
+                    verified_only: bool | None = None) -> FunctionalBackend:
+    """A functional backend for SPEC (a translation path, "jax"/"translation", or "gymnax").
+
+    verified_only (default: in a training run, see `envs_fast.in_training_run`): refuse, with a
+    BackendError saying why, a backend that `envs_fast.training_refusal` refuses."""
+    from envs_fast import in_training_run, training_refusal
+
     check_env_id(env_id)
     spec = resolve_spec(spec, env_id, root)
+    if in_training_run() if verified_only is None else verified_only:
+        refusal = training_refusal(spec, env_id, root)
+        if refusal:
+            raise BackendError(f"not loaded for training: {refusal}")
     if spec == "gymnax":
         return load_gymnax(env_id)
     if spec in VECTOR_SPECS:
@@ -67,4 +77,4 @@ def load_batched(spec: str, env_id: str, root: str | Path | None = None) -> Batc
         return load_rust(spec, env_id)
     from envs_fast.jax_batched import JaxBatched
 
-    return JaxBatched(load_functional(spec, env_id, root))
+    return JaxBatched(load_functional(spec, env_id, root, verified_only=False))  # the verifier loads what it verifies
