@@ -12,7 +12,7 @@ import numpy as np
 from envs_fast import backend as backends
 from envs_fast.probes import ReferenceStepper, Sample, collect_rollout_samples, flat_values
 from envs_fast.protocol import BatchedBackend, check_env_id, resolve_spec
-from envs_fast.verify.shared import format_state
+from envs_fast.verify.formatting import format_state
 
 
 @dataclass

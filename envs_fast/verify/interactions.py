@@ -14,8 +14,8 @@ from envs_fast.protocol import dtype_kind, space_leaves
 from envs_fast.report import LevelReport
 from envs_fast.stats import same_distribution_p
 from envs_fast.verify.context import STATISTICAL_ONLY, Context
-from envs_fast.verify.shared import (failing_on_crash, format_action, format_state, histogram, num, seeds, stack,
-                                     tolerance_text)
+from envs_fast.verify.formatting import format_action, format_state, histogram, num
+from envs_fast.verify.shared import failing_on_crash, seeds, stack, tolerance_text
 
 
 def run(ctx: Context) -> LevelReport:

@@ -10,7 +10,8 @@ from envs_fast.protocol import SIGNATURE_PROBLEM
 from envs_fast.report import LevelReport
 from envs_fast.stats import same_distribution_p
 from envs_fast.verify.context import Context
-from envs_fast.verify.shared import batched_in_space, describe, failing_on_crash, flatten_batch, obs_names, seeds, summary
+from envs_fast.verify.formatting import describe, summary
+from envs_fast.verify.shared import batched_in_space, failing_on_crash, flatten_batch, obs_names, seeds
 
 
 def run(ctx: Context) -> LevelReport:

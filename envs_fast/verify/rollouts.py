@@ -13,8 +13,9 @@ from envs_fast.probes import ReferenceStepper, field_names, flat_values, perturb
 from envs_fast.report import LevelReport
 from envs_fast.stats import tost
 from envs_fast.verify.context import STATISTICAL_ONLY, Context
-from envs_fast.verify.shared import (describe, episode_returns, failing_on_crash, format_action, format_state, num,
-                                     seeds, stack, statistical_horizon, tolerance_text, tost_tolerance)
+from envs_fast.verify.formatting import describe, format_action, format_state, num
+from envs_fast.verify.shared import (episode_returns, failing_on_crash, seeds, stack, statistical_horizon, tolerance_text,
+                                     tost_tolerance)
 
 
 def run(ctx: Context) -> LevelReport:

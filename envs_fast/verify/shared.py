@@ -1,20 +1,18 @@
 """Helpers more than one level uses: spaces, the fixed stochastic policy, episode returns over the
-backend's vector env vs the reference, formatting for the report, crash handling."""
+backend's vector env vs the reference, the tolerance texts of the report, crash handling. (The
+formatters that need no Context are in formatting.py, which context.py imports too.)"""
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import jax
 import numpy as np
 
-from envs_fast.probes import field_names, flat_values
+from envs_fast.probes import field_names
 from envs_fast.protocol import BackendError
 from envs_fast.report import LevelReport
-
-if TYPE_CHECKING:
-    from envs_fast.verify.context import Context, Settings
+from envs_fast.verify.context import Context, Settings
 
 
 @contextmanager
@@ -97,7 +95,7 @@ def fixed_policy(space_in: gym.Space, space_out: gym.Space, seed: int):
     return act
 
 
-def episode_returns(ctx: "Context", run_backend: bool, policy_seed: int, episodes: int, horizon: int,
+def episode_returns(ctx: Context, run_backend: bool, policy_seed: int, episodes: int, horizon: int,
                     policy=None) -> np.ndarray:
     """Returns of `episodes` episodes of at most `horizon` steps under `policy` (default: the fixed
     policy), on the backend's vector env or on the reference."""
@@ -127,48 +125,15 @@ def episode_returns(ctx: "Context", run_backend: bool, policy_seed: int, episode
     return returns
 
 
-def statistical_horizon(ctx: "Context") -> int:
+def statistical_horizon(ctx: Context) -> int:
     return min(ctx.max_episode_steps or ctx.settings.horizon, ctx.settings.horizon)
 
 
-def tost_tolerance(s: "Settings") -> dict[str, str]:
-    return {"TOST": f"equivalence margin {s.margin_sd} pooled sd (floor 1% of the reference mean), alpha 0.05"}
+# ---------------------------------------------------------------- tolerances in the report
 
-
-# ---------------------------------------------------------------- formatting
-
-def tolerance_text(s: "Settings") -> str:
+def tolerance_text(s: Settings) -> str:
     return f"|backend - reference| <= {s.atol:g} + {s.rtol:g} * |reference|"
 
 
-def format_state(state) -> str:
-    names = field_names(state)
-    values = flat_values(state)
-    return ", ".join(f"{n or 'state'}={v:.9g}" for n, v in zip(names, values))
-
-
-def format_action(action) -> str:
-    return np.array2string(np.asarray(action), precision=9) if np.ndim(action) else repr(np.asarray(action).item())
-
-
-def summary(space: gym.Space) -> str:
-    if isinstance(space, gym.spaces.Box):
-        return f"Box(shape {space.shape}, {space.dtype}, bounds included)"
-    return str(space)
-
-
-def describe(values: np.ndarray) -> str:
-    values = np.asarray(values, dtype=np.float64)
-    return f"{values.mean():.4g}/{values.std():.3g}/{values.min():.4g}/{values.max():.4g}"
-
-
-def histogram(values: np.ndarray) -> str:
-    """Counts of each value for a few discrete values, else mean/sd/min/max."""
-    unique, counts = np.unique(values, return_counts=True)
-    if len(unique) <= 10:
-        return ", ".join(f"{u:g}: {c}" for u, c in zip(unique, counts))
-    return "mean/sd/min/max " + describe(values)
-
-
-def num(value) -> str:
-    return f"{float(value):.9g}"
+def tost_tolerance(s: Settings) -> dict[str, str]:
+    return {"TOST": f"equivalence margin {s.margin_sd} pooled sd (floor 1% of the reference mean), alpha 0.05"}

@@ -10,8 +10,8 @@ import numpy as np
 from envs_fast.report import LevelReport
 from envs_fast.stats import tost
 from envs_fast.verify.context import Context
-from envs_fast.verify.shared import (describe, episode_returns, failing_on_crash, flatten_batch, statistical_horizon,
-                                     tost_tolerance)
+from envs_fast.verify.formatting import describe
+from envs_fast.verify.shared import episode_returns, failing_on_crash, flatten_batch, statistical_horizon, tost_tolerance
 
 
 def run(ctx: Context) -> LevelReport:
