@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from envs_fast.bench import Runner, jax_runner, measure, rust_runner  # noqa: E402
 from envs_fast.protocol import translation_path  # noqa: E402
-from envs_fast.rust_backend import make_rust_vec_env  # noqa: E402
+from envs_fast.rust_vector import make_rust_vec_env  # noqa: E402
 
 
 def adapter_runner(venv, seed: int = 0, chunk: int = 64) -> Runner:

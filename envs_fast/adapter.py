@@ -1,4 +1,4 @@
-"""The VectorEnv shape that the adapters of translations (JAX: vector.py, Rust: rust_backend.py)
+"""The VectorEnv shape that the adapters of translations (JAX: vector.py, Rust: rust_vector.py)
 share. No JAX here: a Rust backend trains without importing it."""
 from __future__ import annotations
 

@@ -20,7 +20,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 CACHE_ENV_VAR = "AUTORL_VERIFY_CACHE"
 PACKAGES = ("jax", "jaxlib", "gymnasium", "numpy", "scipy", "envpool", "gymnax", "box2d-py", "box2d", "mujoco")
 VERIFIER_SOURCES = ("verify/*.py", "probes.py", "stats.py", "vector.py", "protocol.py", "backend.py", "gymnax_backend.py",
-                    "jax_batched.py", "adapter.py", "rust_backend.py")  # glob patterns under envs_fast/
+                    "jax_batched.py", "adapter.py", "rust_build.py", "rust_backend.py",
+                    "rust_vector.py")  # glob patterns under envs_fast/
 
 
 def cache_dir() -> Path:

@@ -29,40 +29,26 @@ State sync (required, like a JAX translation's): `envs_fast/<slug>_sync.py` next
 translation ("protocol incomplete", the verifier's exit 2): only a synced state lets L2 compare single
 steps, and return distributions alone let wrong physics through (TAU 0.021 for 0.02 passes their TOST).
 
-`load_rust(path, env_id)` gives a `RustBackend` (the verifier's `protocol.BatchedBackend`);
-`make_rust_vec_env(path, env_id, num_envs, seed)` the training adapter, a gymnasium VectorEnv with
-the semantics of `vector.JaxVectorEnv` (NEXT_STEP autoreset, the registered time limit).
+`load_rust(path, env_id)` gives a `RustBackend` (the verifier's `protocol.BatchedBackend`). Building
+the library is rust_build.py's; the training adapter, a gymnasium VectorEnv with the semantics of
+`vector.JaxVectorEnv` (NEXT_STEP autoreset, the registered time limit), is rust_vector.py's
+`make_rust_vec_env(path, env_id, num_envs, seed)`.
 """
 from __future__ import annotations
 
 import collections
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import tempfile
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from envs_fast.cache import cache_dir
-from envs_fast.adapter import TranslationVectorEnv
-from envs_fast.protocol import (SIGNATURE_PROBLEM, BackendError, BuildError, check_env_id, file_hash, import_file, slug, space_leaves,
+from envs_fast.protocol import (SIGNATURE_PROBLEM, BackendError, check_env_id, file_hash, import_file, slug, space_leaves,
                                 sync_companion)
+from envs_fast.rust_build import build
 
 ABI_VERSION = 1
-# No -C target-cpu=native: a library cached (and shared between checkouts) must run on any host.
-RUSTC_FLAGS = ("-O", "--edition", "2021", "--crate-type", "cdylib", "-C", "strip=debuginfo")
-BUILD_TIMEOUT = 600  # seconds
-ERROR_LINES = 60  # of rustc's stderr in a BuildError
-NO_RUSTC = "rustc not found on PATH: Rust backends need the Rust toolchain (rustup.rs)"
-# The compiler to use. The daemon sets it for the processes it walls in: their $HOME is empty, so
-# rustup's proxy (~/.cargo/bin/rustc) is gone, but the toolchain's own binary still runs.
-RUSTC_ENV = "AUTORL_RUSTC"
 
 _p = ctypes.c_void_p
 _ABI_SIGNATURES = {  # name: (restype, argtypes)
@@ -75,111 +61,6 @@ _ABI_SIGNATURES = {  # name: (restype, argtypes)
     "autorl_reset": (None, [ctypes.c_size_t, _p, _p, _p]),
     "autorl_step": (None, [ctypes.c_size_t, _p, _p, _p, _p, _p, _p, _p]),
 }
-
-
-# ---------------------------------------------------------------- building
-
-def rustc_path() -> str | None:
-    """$AUTORL_RUSTC when it names a file, else the rustc on PATH, else None."""
-    configured = os.environ.get(RUSTC_ENV)
-    if configured and os.path.isfile(configured):
-        return configured
-    return shutil.which("rustc")
-
-
-def rustc_available() -> bool:
-    return rustc_path() is not None
-
-
-def toolchain() -> tuple[Path, Path] | None:
-    """(the toolchain's own rustc binary, its sysroot): what a walled-in process must be shown and
-    told ($AUTORL_RUSTC) to build Rust backends. None without rustc."""
-    rustc = rustc_path()
-    if rustc is None:
-        return None
-    try:
-        sysroot = Path(subprocess.run([rustc, "--print", "sysroot"], capture_output=True, text=True,
-                                      check=True, timeout=60).stdout.strip())
-    except (OSError, subprocess.SubprocessError):
-        return None
-    binary = sysroot / "bin" / "rustc"
-    return (binary if binary.is_file() else Path(rustc)), sysroot
-
-
-def rustc_version() -> str:
-    """`rustc --version` of the rustc in use, e.g. "rustc 1.95.0 (59807616e 2026-04-14)"."""
-    rustc = rustc_path()
-    if rustc is None:
-        raise BackendError(NO_RUSTC)
-    return _version_of(rustc)
-
-
-@lru_cache(maxsize=None)
-def _version_of(rustc: str) -> str:
-    return subprocess.run([rustc, "--version"], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def library_path(path: str | Path) -> Path:
-    """Where `build` puts the library of the source `path`: `cache_dir()/rust/<source hash>-<toolchain
-    hash>/lib<slug>.so`. The toolchain hash covers `rustc --version` and the flags."""
-    path = Path(path)
-    source = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    toolchain = hashlib.sha256(" ".join((rustc_version(),) + RUSTC_FLAGS).encode()).hexdigest()[:8]
-    return cache_dir() / "rust" / f"{source}-{toolchain}" / f"lib{slug(path.stem)}.so"
-
-
-def build(path: str | Path) -> Path:
-    """The compiled library of the Rust source `path`, from the cache when it was built before.
-    BackendError without rustc or source; BuildError (rustc's message) when it does not compile."""
-    path = Path(path)
-    if not path.is_file():
-        raise BackendError(f"Rust source {str(path)!r} does not exist")
-    source = path.read_bytes()
-    target = library_path(path)
-    if target.is_file():
-        return target
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        writable = os.access(target.parent, os.W_OK)
-    except OSError:
-        writable = False
-    if not writable:  # a training process reads the run's cache but may not write it: build privately
-        target = Path(tempfile.gettempdir()) / "autorl-rust" / target.parent.name / target.name
-        if target.is_file():
-            return target
-        target.parent.mkdir(parents=True, exist_ok=True)
-    # Compile a copy of exactly the hashed bytes in a private directory, then move the library in
-    # atomically: concurrent builders never see (or load) half a library.
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as scratch:
-        copy = Path(scratch) / path.name
-        copy.write_bytes(source)
-        output = Path(scratch) / target.name
-        command = [rustc_path() or "rustc", *RUSTC_FLAGS, "--crate-name", f"autorl_{slug(path.stem)}",
-                   "-o", str(output), str(copy)]
-        try:
-            result = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            raise BuildError(f"{path}: rustc did not finish within {BUILD_TIMEOUT} s") from None
-        if result.returncode != 0 or not output.is_file():
-            message = compiler_message(result.stderr.replace(str(copy), str(path)))
-            raise BuildError(f"{path} does not compile (rustc {' '.join(RUSTC_FLAGS)}):\n{message}")
-        os.replace(output, target)
-    return target
-
-
-def compiler_message(stderr: str, max_lines: int = ERROR_LINES) -> str:
-    """rustc's diagnostics with the errors first (warnings printed before them could push them out
-    of view), cut to `max_lines` lines."""
-    blocks: list[list[str]] = []
-    for line in stderr.rstrip().splitlines():
-        if not blocks or line.startswith(("error", "warning")):
-            blocks.append([])
-        blocks[-1].append(line)
-    ordered = [b for b in blocks if b[0].startswith("error")] + [b for b in blocks if not b[0].startswith("error")]
-    lines = [line for block in ordered for line in block]
-    if len(lines) > max_lines:
-        lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines)"]
-    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- loading
@@ -413,106 +294,3 @@ class RustBackend:
         if odd:
             problems.append(f"{SIGNATURE_PROBLEM}state field names must be identifiers not starting with '_': {', '.join(odd)}")
         return problems
-
-
-# ---------------------------------------------------------------- the training adapter
-
-_STREAM_MULTIPLIER = 0x9E3779B97F4A7C15  # spreads the seed streams of different reset seeds apart
-
-
-def _stream_start(seed: int) -> int:
-    return (int(seed) * _STREAM_MULTIPLIER + 1) % 2**64
-
-
-class RustVectorEnv(TranslationVectorEnv):
-    """A Rust translation as a gymnasium VectorEnv, with the semantics of `vector.JaxVectorEnv`:
-    NEXT_STEP autoreset (the step after an episode ends returns the reset observation, reward 0,
-    both flags False), truncation at the registered spec's max_episode_steps, the reference's spaces.
-
-    Built for the host training loop at a few dozen envs, where the per-step Python overhead is
-    the cost: buffers are preallocated, their addresses passed as cached ints, and a step is one C
-    call plus a few in-place numpy ops. Returned arrays are fresh (never overwritten later)."""
-
-    def __init__(self, backend: RustBackend, num_envs: int, seed: int | None = None):
-        super().__init__(backend, num_envs, seed)
-        n = num_envs
-        self._limit = self.max_episode_steps if self.max_episode_steps is not None else np.iinfo(np.int64).max
-        self._seeds = np.zeros(n, np.uint64)  # per-env seeds of the next C call: a stream advanced by n per call
-        self._seed_stride = np.uint64(n)
-        self._stream_offsets = np.arange(n, dtype=np.uint64)
-        self._resets = np.zeros(n, bool)  # envs whose episode ended last step (bool is one byte 0/1: the ABI's u8)
-        self._state = np.zeros((n, backend.state_size), np.float64)
-        self._actions = np.zeros((n, backend.action_size), np.float64)
-        self._obs = np.zeros((n, backend.obs_size), np.float32)
-        self._reward = np.zeros(n, np.float64)
-        self._terminated = np.zeros(n, np.uint8)
-        self._elapsed = np.zeros(n, np.int64)
-        pointer = lambda array: array.ctypes.data  # noqa: E731
-        self._step_args = (n, pointer(self._seeds), pointer(self._resets), pointer(self._state), pointer(self._actions),
-                           pointer(self._obs), pointer(self._reward), pointer(self._terminated))
-        self._step_fn = backend.library.autorl_step
-        self._reset_fn = backend.library.autorl_reset
-        space = self.single_action_space
-        self._discrete = isinstance(space, gym.spaces.Discrete)
-        self._action_low, self._action_high = (int(space.start), int(space.start + space.n - 1)) if self._discrete else (None, None)
-        # where np.copyto writes the caller's actions (one cast, no allocation)
-        self._action_target = (self._actions.reshape(n) if self._discrete else
-                               self._actions.reshape((n,) + space.shape) if isinstance(space, gym.spaces.Box) else None)
-        obs_space = self.single_observation_space
-        self._obs_is_float32_box = isinstance(obs_space, gym.spaces.Box) and obs_space.dtype == np.float32
-        self._obs_view = self._obs.reshape((n,) + obs_space.shape) if self._obs_is_float32_box else self._obs
-        self._started = False
-        self._seeds[:] = self._stream_offsets + np.uint64(_stream_start(0 if seed is None else seed))
-
-    def reset(self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None):
-        self._refuse(options)
-        reset_seeds = self._seeds
-        if seed is not None:
-            if isinstance(seed, (list, tuple, np.ndarray)):
-                if len(seed) != self.num_envs:
-                    raise ValueError(f"expected {self.num_envs} seeds, got {len(seed)}")
-                reset_seeds = np.ascontiguousarray(np.asarray(seed).astype(np.uint64))  # env i from seed[i] exactly
-                start = _stream_start(int(seed[0]))
-            else:
-                start = _stream_start(int(seed))
-            np.add(self._stream_offsets, np.uint64(start), out=self._seeds)
-        else:
-            np.add(self._seeds, self._seed_stride, out=self._seeds)
-        self._reset_fn(self.num_envs, reset_seeds.ctypes.data, self._step_args[3], self._step_args[5])
-        self._resets[:] = False
-        self._elapsed[:] = 0
-        self._started = True
-        return self._observations(), {}
-
-    def _observations(self):
-        if self._obs_is_float32_box:
-            return self._obs_view.copy()
-        return self.backend.observations(self._obs)
-
-    def step(self, actions):
-        if not self._started:
-            raise RuntimeError("call reset() before step()")
-        if self._action_target is not None:
-            np.copyto(self._action_target, actions, casting="unsafe")
-        else:
-            self._actions[:] = self.backend._action_array(actions, self.num_envs)
-        if self._discrete:
-            low, high = self._actions.min(), self._actions.max()
-            if low < self._action_low or high > self._action_high:
-                raise ValueError(f"actions {actions} outside {self.single_action_space}")
-        np.add(self._seeds, self._seed_stride, out=self._seeds)
-        self._step_fn(*self._step_args)
-        # The time limit: episodes that were reset in this call start counting again.
-        np.add(self._elapsed, 1, out=self._elapsed)
-        np.copyto(self._elapsed, 0, where=self._resets)
-        terminated = self._terminated != 0
-        truncated = self._elapsed >= self._limit
-        np.logical_or(terminated, truncated, out=self._resets)
-        return self._observations(), self._reward.copy(), terminated, truncated, {}
-
-    def close_extras(self, **kwargs):
-        self._started = False
-
-
-def make_rust_vec_env(path: str | Path, env_id: str, num_envs: int, seed: int | None = None) -> RustVectorEnv:
-    return RustVectorEnv(load_rust(path, env_id), num_envs, seed)

@@ -57,7 +57,7 @@ def shipped_specs(env_id: str, workspace: Workspace, commit: str) -> list[str]:
     """The backends `commit` ships for `env_id`: its JAX and Rust translations (Rust where rustc
     can build it), then gymnax."""
     from envs_fast.gymnax_backend import gymnax_supports
-    from envs_fast.rust_backend import rustc_available
+    from envs_fast.rust_build import rustc_available
 
     specs = [translation_path(env_id, ".", lang).as_posix() for lang in ("jax", "rust")]
     specs = [spec for spec in specs if workspace.has_path(commit, spec)]
@@ -181,7 +181,7 @@ def _library(backend: Shipped) -> Optional[str]:
     """The folder name of a Rust translation's built library (`<source>-<toolchain>`)."""
     if not is_rust_spec(backend.local):
         return None
-    from envs_fast.rust_backend import library_path, rustc_available
+    from envs_fast.rust_build import library_path, rustc_available
 
     return library_path(backend.local).parent.name if rustc_available() else None
 

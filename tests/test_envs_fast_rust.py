@@ -1,5 +1,6 @@
-"""The Rust backend kind (envs_fast/rust_backend.py): building and its cache, the ABI checks, the
-two worked examples against gymnasium step by step, and the VectorEnv adapter's semantics."""
+"""The Rust backend kind (envs_fast/rust_build.py, rust_backend.py, rust_vector.py): building and
+its cache, the ABI checks, the two worked examples against gymnasium step by step, and the
+VectorEnv adapter's semantics."""
 import json
 import os
 import shutil
@@ -13,9 +14,11 @@ import pytest
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from envs_fast import rust_backend
+from envs_fast import rust_build
 from envs_fast.protocol import BackendError, BuildError
-from envs_fast.rust_backend import RustVectorEnv, build, load_rust, rustc_available
+from envs_fast.rust_backend import load_rust
+from envs_fast.rust_build import build, rustc_available
+from envs_fast.rust_vector import RustVectorEnv
 from envs_fast.verify import main as verify_main
 
 pytestmark = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
@@ -57,13 +60,13 @@ def copy_example(env_id: str, folder: Path, replace: tuple[str, str] | None = No
 def test_build_reuses_the_cached_library(backends, monkeypatch):
     library = build(EXAMPLES["CartPole-v1"])
     assert library.is_file() and library.name == "libcartpole_v1.so"
-    assert library.parent.parent.parent == rust_backend.cache_dir()
+    assert library.parent.parent.parent == rust_build.cache_dir()
     built_at = library.stat().st_mtime_ns
 
     def no_compiler(*args, **kwargs):
         raise AssertionError(f"rustc was invoked again: {args}")
 
-    monkeypatch.setattr(rust_backend.subprocess, "run", no_compiler)
+    monkeypatch.setattr(rust_build.subprocess, "run", no_compiler)
     assert build(EXAMPLES["CartPole-v1"]) == library
     assert library.stat().st_mtime_ns == built_at
 
@@ -74,11 +77,11 @@ def test_compile_error_is_a_build_error_with_rustcs_message(tmp_path):
         build(broken)
     message = str(caught.value)
     assert "error[E0308]" in message and str(broken) in message  # the error, located in the agent's file
-    assert len(message.splitlines()) <= rust_backend.ERROR_LINES + 2
+    assert len(message.splitlines()) <= rust_build.ERROR_LINES + 2
 
 
 def test_missing_rustc_is_one_clear_line(monkeypatch):
-    monkeypatch.setattr(rust_backend.shutil, "which", lambda name: None)
+    monkeypatch.setattr(rust_build.shutil, "which", lambda name: None)
     assert not rustc_available()
     with pytest.raises(BackendError, match=r"^rustc not found on PATH: .*rustup\.rs\)$"):
         build(EXAMPLES["CartPole-v1"])

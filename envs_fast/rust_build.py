@@ -1,0 +1,127 @@
+"""Building a Rust translation: finding the toolchain (rustc on PATH, or $AUTORL_RUSTC for the
+walled-in processes of the daemon) and compiling a `.rs` source into a shared library cached under
+`cache_dir()/rust/`, keyed by the source and the toolchain. Loading the library is rust_backend.py's."""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from envs_fast.cache import cache_dir
+from envs_fast.protocol import BackendError, BuildError, slug
+
+# No -C target-cpu=native: a library cached (and shared between checkouts) must run on any host.
+RUSTC_FLAGS = ("-O", "--edition", "2021", "--crate-type", "cdylib", "-C", "strip=debuginfo")
+BUILD_TIMEOUT = 600  # seconds
+ERROR_LINES = 60  # of rustc's stderr in a BuildError
+NO_RUSTC = "rustc not found on PATH: Rust backends need the Rust toolchain (rustup.rs)"
+# The compiler to use. The daemon sets it for the processes it walls in: their $HOME is empty, so
+# rustup's proxy (~/.cargo/bin/rustc) is gone, but the toolchain's own binary still runs.
+RUSTC_ENV = "AUTORL_RUSTC"
+
+
+def rustc_path() -> str | None:
+    """$AUTORL_RUSTC when it names a file, else the rustc on PATH, else None."""
+    configured = os.environ.get(RUSTC_ENV)
+    if configured and os.path.isfile(configured):
+        return configured
+    return shutil.which("rustc")
+
+
+def rustc_available() -> bool:
+    return rustc_path() is not None
+
+
+def toolchain() -> tuple[Path, Path] | None:
+    """(the toolchain's own rustc binary, its sysroot): what a walled-in process must be shown and
+    told ($AUTORL_RUSTC) to build Rust backends. None without rustc."""
+    rustc = rustc_path()
+    if rustc is None:
+        return None
+    try:
+        sysroot = Path(subprocess.run([rustc, "--print", "sysroot"], capture_output=True, text=True,
+                                      check=True, timeout=60).stdout.strip())
+    except (OSError, subprocess.SubprocessError):
+        return None
+    binary = sysroot / "bin" / "rustc"
+    return (binary if binary.is_file() else Path(rustc)), sysroot
+
+
+def rustc_version() -> str:
+    """`rustc --version` of the rustc in use, e.g. "rustc 1.95.0 (59807616e 2026-04-14)"."""
+    rustc = rustc_path()
+    if rustc is None:
+        raise BackendError(NO_RUSTC)
+    return _version_of(rustc)
+
+
+@lru_cache(maxsize=None)
+def _version_of(rustc: str) -> str:
+    return subprocess.run([rustc, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def library_path(path: str | Path) -> Path:
+    """Where `build` puts the library of the source `path`: `cache_dir()/rust/<source hash>-<toolchain
+    hash>/lib<slug>.so`. The toolchain hash covers `rustc --version` and the flags."""
+    path = Path(path)
+    source = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    toolchain = hashlib.sha256(" ".join((rustc_version(),) + RUSTC_FLAGS).encode()).hexdigest()[:8]
+    return cache_dir() / "rust" / f"{source}-{toolchain}" / f"lib{slug(path.stem)}.so"
+
+
+def build(path: str | Path) -> Path:
+    """The compiled library of the Rust source `path`, from the cache when it was built before.
+    BackendError without rustc or source; BuildError (rustc's message) when it does not compile."""
+    path = Path(path)
+    if not path.is_file():
+        raise BackendError(f"Rust source {str(path)!r} does not exist")
+    source = path.read_bytes()
+    target = library_path(path)
+    if target.is_file():
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        writable = os.access(target.parent, os.W_OK)
+    except OSError:
+        writable = False
+    if not writable:  # a training process reads the run's cache but may not write it: build privately
+        target = Path(tempfile.gettempdir()) / "autorl-rust" / target.parent.name / target.name
+        if target.is_file():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+    # Compile a copy of exactly the hashed bytes in a private directory, then move the library in
+    # atomically: concurrent builders never see (or load) half a library.
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as scratch:
+        copy = Path(scratch) / path.name
+        copy.write_bytes(source)
+        output = Path(scratch) / target.name
+        command = [rustc_path() or "rustc", *RUSTC_FLAGS, "--crate-name", f"autorl_{slug(path.stem)}",
+                   "-o", str(output), str(copy)]
+        try:
+            result = subprocess.run(command, capture_output=True, text=True, timeout=BUILD_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            raise BuildError(f"{path}: rustc did not finish within {BUILD_TIMEOUT} s") from None
+        if result.returncode != 0 or not output.is_file():
+            message = compiler_message(result.stderr.replace(str(copy), str(path)))
+            raise BuildError(f"{path} does not compile (rustc {' '.join(RUSTC_FLAGS)}):\n{message}")
+        os.replace(output, target)
+    return target
+
+
+def compiler_message(stderr: str, max_lines: int = ERROR_LINES) -> str:
+    """rustc's diagnostics with the errors first (warnings printed before them could push them out
+    of view), cut to `max_lines` lines."""
+    blocks: list[list[str]] = []
+    for line in stderr.rstrip().splitlines():
+        if not blocks or line.startswith(("error", "warning")):
+            blocks.append([])
+        blocks[-1].append(line)
+    ordered = [b for b in blocks if b[0].startswith("error")] + [b for b in blocks if not b[0].startswith("error")]
+    lines = [line for block in ordered for line in block]
+    if len(lines) > max_lines:
+        lines = lines[:max_lines] + [f"... ({len(lines) - max_lines} more lines)"]
+    return "\n".join(lines)
