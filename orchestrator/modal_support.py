@@ -1,5 +1,6 @@
-"""What the daemon shares with modal_app.py: the results volume's layout, a run's branch as a git
-bundle, and the credential checks made before anything is created on Modal.
+"""What the daemon shares with the Modal side (runners/modal_*.py, modal_app.py): the results
+volume's layout, a run's branch as a git bundle, and the credential checks made before anything
+is created on Modal.
 
 The volume `autorl-results` holds one folder per run tag:
 

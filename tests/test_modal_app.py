@@ -1,6 +1,6 @@
-"""modal_app.py and the Modal plumbing of the daemon, offline: the module imports without a network
-or a token, its CLI parses, its functions do their work through `.local()` (real train.py and
-evaluate.py subprocesses), a run folder goes to a volume folder and comes back with `pull`
+"""modal_app.py and the Modal plumbing of the daemon (orchestrator/runners/modal_*.py), offline:
+modal_app imports without a network or a token, its CLI parses, the Modal functions do their work
+through `.local()` (real train.py and evaluate.py subprocesses), a run folder goes to a volume folder and comes back with `pull`
 (through a fake volume with modal.Volume's listdir/read_file surface), and missing credentials
 are named in one line."""
 from __future__ import annotations
@@ -18,10 +18,10 @@ import modal
 import pytest
 from modal.types import FileEntry, FileEntryType
 
-import modal_app
 from orchestrator.modal_support import (BUNDLE_NAME, check_modal_reachable, modal_credentials_problem,
                                         write_branch_bundle)
 from orchestrator.pull import PullError, pull
+from orchestrator.runners import modal_experiment, modal_functions, modal_night
 from tests.conftest import AUTORL_ROOT, PYTHON, tiny_train_py
 
 HARNESS = (AUTORL_ROOT / "evaluate.py").read_bytes()
@@ -44,7 +44,7 @@ def archive_of(repo: Path) -> bytes:
 @pytest.fixture
 def one_eval_worker(monkeypatch):
     """Score in one process (a pool of spawned workers costs seconds here)."""
-    monkeypatch.setattr(modal_app, "_cpu_count", lambda: 1)
+    monkeypatch.setattr(modal_experiment, "_cpu_count", lambda: 1)
 
 
 # ---------------------------------------------------------------- import and CLI, offline
@@ -70,17 +70,27 @@ def test_modal_run_help_lists_the_options(tmp_path):
 
 
 def test_configured_overrides_gpu_and_cpu_without_network(monkeypatch):
-    monkeypatch.delenv(modal_app.FUNCTION_IDS_ENV, raising=False)
-    fns = modal_app.configured()
-    assert fns.train is modal_app.train_experiment and fns.evaluate is modal_app.evaluate_policy
-    fns = modal_app.configured(gpu="A100", cpu=4)
-    assert fns.train is not modal_app.train_experiment
-    assert fns.evaluate is modal_app.evaluate_policy
+    monkeypatch.delenv(modal_night.FUNCTION_IDS_ENV, raising=False)
+    fns = modal_functions.configured()
+    assert fns.train is modal_functions.train_experiment and fns.evaluate is modal_functions.evaluate_policy
+    fns = modal_functions.configured(gpu="A100", cpu=4)
+    assert fns.train is not modal_functions.train_experiment
+    assert fns.evaluate is modal_functions.evaluate_policy
     # In the night container the daemon finds the running app's functions by id (lazily: no call yet).
-    monkeypatch.setenv(modal_app.FUNCTION_IDS_ENV, '{"train_experiment": "fu-1", "evaluate_policy": "fu-2"}')
-    with modal_app.session(gpu="L4", cpu=2) as fns:
+    monkeypatch.setenv(modal_night.FUNCTION_IDS_ENV, '{"train_experiment": "fu-1", "evaluate_policy": "fu-2"}')
+    with modal_functions.session(gpu="L4", cpu=2) as fns:
         assert isinstance(fns.train, modal.Function) and isinstance(fns.evaluate, modal.Function)
-        assert fns.evaluate is not modal_app.evaluate_policy
+        assert fns.evaluate is not modal_functions.evaluate_policy
+
+
+def test_the_image_sources_are_checked_before_a_run(tmp_path, monkeypatch):
+    """`--runner modal` refuses a tree without the files the image is built from (Modal reads
+    them only when it builds the image, after the run was created)."""
+    assert modal_functions.image_problem() is None
+    monkeypatch.setattr(modal_functions, "ROOT", tmp_path)
+    (tmp_path / "evaluate.py").write_text("")
+    problem = modal_functions.image_problem()
+    assert "pyproject.toml" in problem and "evaluate.py" not in problem and "\n" not in problem
 
 
 # ---------------------------------------------------------------- train_experiment / evaluate_policy
@@ -91,50 +101,50 @@ def test_train_experiment_local_returns_a_policy_the_harness_scores(autorl_repo,
         "print(f\"extra: {os.environ.get('AUTORL_EXTRA', 'none')}\")\n")
     repo = autorl_repo(train_py=train_py)
     monkeypatch.setenv("AUTORL_TEST_API_KEY", "sk-not-for-candidates")
-    run = modal_app.train_experiment.local(archive=archive_of(repo), env_id="CartPole-v1", budget=10, seed=1,
-                                           extra_env={"AUTORL_EXTRA": "yes"})
+    run = modal_functions.train_experiment.local(archive=archive_of(repo), env_id="CartPole-v1", budget=10, seed=1,
+                                                 extra_env={"AUTORL_EXTRA": "yes"})
     assert run["returncode"] == 0 and not run["timed_out"], run["log"]
     assert run["policy_name"] == "policy.pt" and run["policy"]
     assert run["metrics"] == {"env_steps": 1000, "sps": 500, "saw_secret": 0, "budget_env": 10, "extra": "yes"}
     assert run["wall_s"] > 0
 
-    result = modal_app.evaluate_policy.local(HARNESS, HARNESS_SHA, run["policy"], "CartPole-v1", 123, 4,
-                                             run["policy_name"])
+    result = modal_functions.evaluate_policy.local(HARNESS, HARNESS_SHA, run["policy"], "CartPole-v1", 123, 4,
+                                                   run["policy_name"])
     assert result["mean"] == 500.0 and result["episodes"] == 4 and len(result["returns"]) == 4
     assert {"std", "se", "iqm", "min", "max"} <= set(result)
 
-    with pytest.raises(modal_app.HarnessRefused):
-        modal_app.evaluate_policy.local(HARNESS + b"\n# tampered\n", HARNESS_SHA, run["policy"], "CartPole-v1",
-                                        123, 4)
-    with pytest.raises(modal_app.HarnessFailed, match="CartPole-v1|policy|artifact|load"):
-        modal_app.score_policy(HARNESS, HARNESS_SHA, b"not a policy", "CartPole-v1", 123, 4, workers=1)
+    with pytest.raises(modal_experiment.HarnessRefused):
+        modal_functions.evaluate_policy.local(HARNESS + b"\n# tampered\n", HARNESS_SHA, run["policy"],
+                                              "CartPole-v1", 123, 4)
+    with pytest.raises(modal_experiment.HarnessFailed, match="CartPole-v1|policy|artifact|load"):
+        modal_experiment.score_policy(HARNESS, HARNESS_SHA, b"not a policy", "CartPole-v1", 123, 4, workers=1)
 
 
 def test_one_experiment_trains_head_and_scores_it_with_the_checkouts_harness(autorl_repo, one_eval_worker):
     """What `modal run modal_app.py` does, with the functions run by .local() instead of .remote()."""
     repo = autorl_repo(train_py=tiny_train_py(BIAS=0.5))
-    local = modal_app.ModalFunctions(SimpleNamespace(remote=modal_app.train_experiment.local),
-                                     SimpleNamespace(remote=modal_app.evaluate_policy.local))
-    outcome = modal_app.one_experiment(local, repo, "CartPole-v1", 5, 1, 3)
+    local = modal_functions.ModalFunctions(SimpleNamespace(remote=modal_functions.train_experiment.local),
+                                           SimpleNamespace(remote=modal_functions.evaluate_policy.local))
+    outcome = modal_experiment.one_experiment(local, repo, "CartPole-v1", 5, 1, 3)
     assert outcome["train"]["metrics"]["env_steps"] == 1000
     assert 100 < outcome["score"]["mean"] < 500 and outcome["score"]["seed"] == outcome["eval_seed"]
 
 
 def test_train_experiment_is_killed_at_budget_plus_grace(autorl_repo):
     repo = autorl_repo(train_py=tiny_train_py(SLEEP=120.0))
-    run = modal_app.train_experiment.local(archive_of(repo), "CartPole-v1", 1, 1, grace=1)
+    run = modal_functions.train_experiment.local(archive_of(repo), "CartPole-v1", 1, 1, grace=1)
     assert run["timed_out"] and run["policy"] is None and run["policy_name"] is None
     assert run["wall_s"] < 30
 
 
 def test_train_experiment_local_with_the_real_train_py(autorl_repo, one_eval_worker):
-    run = modal_app.train_experiment.local(archive=archive_of(autorl_repo()), env_id="CartPole-v1", budget=10,
-                                           seed=1)
+    run = modal_functions.train_experiment.local(archive=archive_of(autorl_repo()), env_id="CartPole-v1",
+                                                 budget=10, seed=1)
     assert run["returncode"] == 0, run["log"][-3000:]
     assert run["metrics"]["env_steps"] > 0
     assert run["policy"] and run["policy_name"] in ("policy.pt", "policy.pt2")
-    result = modal_app.evaluate_policy.local(HARNESS, HARNESS_SHA, run["policy"], "CartPole-v1", 7, 3,
-                                             run["policy_name"])
+    result = modal_functions.evaluate_policy.local(HARNESS, HARNESS_SHA, run["policy"], "CartPole-v1", 7, 3,
+                                                   run["policy_name"])
     assert math.isfinite(result["mean"]) and result["min"] >= 1
 
 
@@ -185,10 +195,10 @@ def test_sync_run_then_pull_recreates_the_run_elsewhere(autorl_repo, tmp_path):
     source = autorl_repo(name="cloud")
     cloud = make_run(source, "t1")
     volume_dir = tmp_path / "volume"
-    copied = modal_app.sync_run(source, "t1", volume_dir)
+    copied = modal_night.sync_run(source, "t1", volume_dir)
     assert sorted(copied) == [BUNDLE_NAME, "exp-0001/train.log", "results.tsv"]
     assert not (volume_dir / "t1" / "daemon.lock").exists()
-    assert modal_app.sync_run(source, "t1", volume_dir) == [BUNDLE_NAME]  # unchanged files are not copied again
+    assert modal_night.sync_run(source, "t1", volume_dir) == [BUNDLE_NAME]  # unchanged files are not copied again
 
     home = autorl_repo(name="home")
     volume = FakeVolume(volume_dir)
@@ -208,7 +218,7 @@ def test_sync_run_then_pull_recreates_the_run_elsewhere(autorl_repo, tmp_path):
     (source / "candidate" / "train.py").write_text("# kept again\n")
     cloud.git.commit("-am", "exp 3: kept")
     cloud.git.checkout("main")
-    modal_app.sync_run(source, "t1", volume_dir)
+    modal_night.sync_run(source, "t1", volume_dir)
     volume.reads.clear()
     pull("t1", home, volume=volume)
     assert sorted(volume.reads) == ["t1/branch.bundle", "t1/results.tsv"]
@@ -223,8 +233,8 @@ def test_run_sync_copies_whenever_results_tsv_changes(autorl_repo, tmp_path):
     repo = autorl_repo()
     make_run(repo, "t2")
     commits = []
-    sync = modal_app.RunSync(repo, "t2", tmp_path / "volume", lambda: commits.append(time.monotonic()),
-                             poll_s=0.05).start()
+    sync = modal_night.RunSync(repo, "t2", tmp_path / "volume", lambda: commits.append(time.monotonic()),
+                               poll_s=0.05).start()
     deadline = time.monotonic() + 10
     while not commits and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -243,18 +253,18 @@ def test_run_sync_copies_whenever_results_tsv_changes(autorl_repo, tmp_path):
 def test_clone_bundle_and_restore_run_resume_a_night(autorl_repo, tmp_path):
     repo = autorl_repo()
     r = make_run(repo, "t3")
-    modal_app.sync_run(repo, "t3", tmp_path / "volume")
+    modal_night.sync_run(repo, "t3", tmp_path / "volume")
     bundle = tmp_path / "checkout.bundle"
     r.git.bundle("create", str(bundle), "HEAD", "--branches")
-    clone = modal_app.clone_bundle(bundle.read_bytes(), tmp_path / "night" / "autorl")
+    clone = modal_night.clone_bundle(bundle.read_bytes(), tmp_path / "night" / "autorl")
     cloned = git.Repo(clone)
     assert cloned.active_branch.name == "main" and cloned.head.commit.hexsha == r.head.commit.hexsha
     assert cloned.git.rev_parse("autorl/t3") == r.git.rev_parse("autorl/t3")
     assert not cloned.remotes
-    assert modal_app.restore_run(tmp_path / "volume" / "t3", clone, "t3")
+    assert modal_night.restore_run(tmp_path / "volume" / "t3", clone, "t3")
     assert (clone / "results" / "t3" / "results.tsv").read_text() == "exp\tstatus\n1\tkeep\n"
     assert cloned.git.rev_parse("refs/autorl/t3/exp-0002") == r.git.rev_parse("refs/autorl/t3/exp-0002")
-    assert not modal_app.restore_run(tmp_path / "volume" / "other", clone, "other")
+    assert not modal_night.restore_run(tmp_path / "volume" / "other", clone, "other")
 
 
 def test_run_night_saves_the_run_to_the_volume_folder(autorl_repo, tmp_path, monkeypatch):
@@ -266,11 +276,13 @@ def test_run_night_saves_the_run_to_the_volume_folder(autorl_repo, tmp_path, mon
     monkeypatch.setenv("PYTHONPATH", str(AUTORL_ROOT))  # the daemon's package (the temp checkout has none)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     commits = []
-    args = ("--runner local --max-experiments 0 --budget 2 --eval-episodes 3 --eval-workers 1 --grace 3 "
-            "--backoff 0.2")
+    # Setup verification is tested elsewhere (here it costs a minute); grace 10: a tiny train.py still
+    # imports torch, which a loaded machine must not turn into a kill.
+    args = ("--runner local --max-experiments 0 --budget 2 --eval-episodes 3 --eval-workers 1 --grace 10 "
+            "--backoff 0.2 --no-setup-verify")
     volume_dir = tmp_path / "volume"
-    rc = modal_app.run_night(bundle.read_bytes(), "CartPole-v1", "n1", args, volume_dir,
-                             commit=lambda: commits.append(1), workdir=tmp_path / "night", poll_s=0.2)
+    rc = modal_night.run_night(bundle.read_bytes(), "CartPole-v1", "n1", args, volume_dir,
+                               commit=lambda: commits.append(1), workdir=tmp_path / "night", poll_s=0.2)
     assert rc == 0, (volume_dir / "n1" / "night.log").read_text()[-3000:]
     saved = volume_dir / "n1"
     assert "baseline" in (saved / "results.tsv").read_text()
@@ -280,18 +292,18 @@ def test_run_night_saves_the_run_to_the_volume_folder(autorl_repo, tmp_path, mon
     heads = git.Repo(repo).git.bundle("list-heads", str(saved / BUNDLE_NAME))
     assert "refs/heads/autorl/n1" in heads
 
-    rc = modal_app.run_night(bundle.read_bytes(), "CartPole-v1", "n1", "--runner local", volume_dir,
-                             workdir=tmp_path / "night2")
+    rc = modal_night.run_night(bundle.read_bytes(), "CartPole-v1", "n1", "--runner local", volume_dir,
+                               workdir=tmp_path / "night2")
     assert rc == 2  # not without --resume
 
 
 def test_daemon_command():
-    cmd = modal_app.daemon_command("Pendulum-v1", "p1", "--until 07:00 --agent optuna")
+    cmd = modal_night.daemon_command("Pendulum-v1", "p1", "--until 07:00 --agent optuna")
     assert cmd[1:] == ["-m", "orchestrator", "run", "--env", "Pendulum-v1", "--tag", "p1", "--runner", "modal",
                        "--until", "07:00", "--agent", "optuna"]
-    assert modal_app.daemon_command("Pendulum-v1", "p1", "--runner local")[-2:] == ["--runner", "local"]
+    assert modal_night.daemon_command("Pendulum-v1", "p1", "--runner local")[-2:] == ["--runner", "local"]
     with pytest.raises(ValueError, match="--tag"):
-        modal_app.daemon_command("Pendulum-v1", "p1", "--tag other")
+        modal_night.daemon_command("Pendulum-v1", "p1", "--tag other")
 
 
 # ---------------------------------------------------------------- credentials

@@ -1,6 +1,7 @@
 """ModalRunner against an in-process fake of the Modal surface it uses (spawn, get with a
-timeout, cancel, FunctionCall.from_id): no network. The fake runs modal_app's own train and
-score logic in threads, so results are real; what is fake is only the container."""
+timeout, cancel, FunctionCall.from_id): no network. The fake runs the Modal functions' own train
+and score logic (runners/modal_experiment.py) in threads, so results are real; what is fake is
+only the container."""
 from __future__ import annotations
 
 import itertools
@@ -11,11 +12,11 @@ from argparse import Namespace
 
 import pytest
 
-import modal_app
 from orchestrator.config import Limits, Options
 from orchestrator.agents.replay import ReplayAgent
 from orchestrator.daemon import write_state
 from orchestrator.runners.modal import ComputePrices, ModalRunner
+from orchestrator.runners.modal_experiment import score_policy, train_archive
 from orchestrator.setup import runner_settings, start
 from tests.conftest import FAST, read_results, run_daemon, tiny_train_py, write_replay
 from tests.test_loop_units import restore_signals  # noqa: F401,F811  (a fixture, used by name)
@@ -67,8 +68,8 @@ class FakeModal:
         self.calls: dict[str, FakeCall] = {}
 
         def score(*args, should_stop):
-            return modal_app.score_policy(*args, workers=1)
-        self.train = FakeFunction(self.calls, modal_app.train_archive)
+            return score_policy(*args, workers=1)
+        self.train = FakeFunction(self.calls, train_archive)
         self.evaluate = FakeFunction(self.calls, score)
 
     def from_id(self, call_id):
@@ -83,7 +84,8 @@ def modal_factory(fake: FakeModal):
 
 
 def options(repo, replay, fake, **kw):
-    settings = dict(env_id="CartPole-v1", tag="cloud", agent="replay", budget_s=2, grace_s=5, eval_episodes=10,
+    # grace 10: the tiny train.py still imports torch, which a loaded machine must not turn into a kill
+    settings = dict(env_id="CartPole-v1", tag="cloud", agent="replay", budget_s=2, grace_s=10, eval_episodes=10,
                     eval_workers=1, runner="modal", repo=repo, agent_args=Namespace(replay_dir=replay),
                     runner_factory=modal_factory(fake))
     return Options(**{**settings, **kw})

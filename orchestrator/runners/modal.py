@@ -6,6 +6,7 @@ harness, no held-out seed. The scoring container gets the trusted harness copy, 
 refuses another) and the policy bytes. Each call is recorded (its function-call id) in the
 InFlight journal before it is waited on, so `stop` and `--resume` cancel it. Verify and bench of
 a translation run locally (in the daemon's machine or the night's container), as LocalRunner's.
+The Modal functions it calls are declared in modal_functions.py, their work in modal_experiment.py.
 
 Compute is billed as the seconds a call was waited on times the price table: a GPU's rate plus
 its CPU cores' (`--modal-price-table FILE.json` overrides any entry, in USD per hour).
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -80,16 +80,14 @@ class ModalRunner:
     @classmethod
     def from_options(cls, settings: RunnerSettings, workspace: Workspace, should_stop: StopCheck, journal: InFlight,
                      harness_bytes: bytes, options: dict) -> "ModalRunner":
-        """The real thing: modal_app.py of the checkout, its app running for the whole session."""
+        """The real thing: the app of modal_functions.py, running for the whole session."""
         import modal
 
-        root = str(workspace.main_root)
-        if root not in sys.path:
-            sys.path.insert(0, root)
-        import modal_app
+        from . import modal_functions  # imports modal: only a Modal run pays for it
 
-        gpu, cpu = options.get("gpu") or modal_app.TRAIN_GPU, float(options.get("cpu") or modal_app.TRAIN_CPU)
-        session = modal_app.session(gpu, cpu)
+        gpu = options.get("gpu") or modal_functions.TRAIN_GPU
+        cpu = float(options.get("cpu") or modal_functions.TRAIN_CPU)
+        session = modal_functions.session(gpu, cpu)
         functions = session.__enter__()
         return cls(settings, workspace, should_stop, journal, harness_bytes, functions, modal.FunctionCall.from_id,
                    ComputePrices.load(options.get("price_table")), gpu, cpu,

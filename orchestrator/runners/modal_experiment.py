@@ -1,0 +1,181 @@
+"""One experiment on Modal, as plain Python: what the train container does with a commit
+(`train_archive`), what the scoring container does with a policy (`score_policy`), and
+`one_experiment`, the two in a row as `modal run modal_app.py` runs them.
+
+Nothing here imports modal: the Modal functions of modal_functions.py call these, and tests (and
+the fake Modal of tests/test_modal_runner.py) call them directly.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import json
+import os
+import secrets
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+from ..artifacts import POLICY_NAMES, TRAIN_SCRIPT, find_policy, log_tail, parse_summary, train_env
+from ..processes import run_group, scrubbed_env
+
+LOG_CAP_BYTES = 2_000_000    # the end of a train log that comes back
+EVAL_TIMEOUT_S = 1800        # the harness itself
+
+
+class HarnessRefused(ValueError):
+    """The harness bytes do not have the hash the daemon recorded: nothing was run."""
+
+
+class HarnessFailed(RuntimeError):
+    """The harness ran and failed (bad artifact, timeout): the message is its last log line."""
+
+
+# ---------------------------------------------------------------- train
+def _extract(archive: bytes, dest: Path) -> None:
+    """A `git archive --format=tar.gz` into `dest`; members that would land outside are refused."""
+    with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+        try:
+            tar.extractall(dest, filter="data")
+        except TypeError:  # pragma: no cover - a Python without extraction filters
+            root = dest.resolve()
+            for member in tar.getmembers():
+                if not (dest / member.name).resolve().is_relative_to(root) or member.issym() or member.islnk():
+                    raise ValueError(f"archive member {member.name!r} leaves the checkout")
+            tar.extractall(dest)
+
+
+def _log_tail_bytes(path: Path, cap: int) -> tuple[str, int]:
+    """The last `cap` bytes of a log (with a note of what was cut) and its full size."""
+    if not path.exists():
+        return "", 0
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(0, size - cap))
+        data = f.read()
+    text = data.decode("utf-8", errors="replace")
+    if size > cap:
+        text = f"[... first {size - len(data)} bytes of the log cut ...]\n" + text.split("\n", 1)[-1]
+    return text, size
+
+
+def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: Optional[float] = None,
+                  extra_env: Optional[dict] = None, should_stop: Callable[[], bool] = lambda: False,
+                  log_cap: int = LOG_CAP_BYTES) -> dict:
+    """Extract a commit's archive into a fresh directory and run its candidate/train.py there for
+    `budget` seconds (killed as a group at budget + grace) with a scrubbed environment.
+
+    Returns policy (bytes or None), policy_name, log (its last `log_cap` bytes), log_bytes,
+    metrics (the `key: value` summary), returncode, timed_out, wall_s."""
+    grace = max(30.0, 0.1 * budget) if grace is None else grace
+    with tempfile.TemporaryDirectory(prefix="autorl-train-") as tmp:
+        checkout, out_dir, log_path = Path(tmp) / "checkout", Path(tmp) / "out", Path(tmp) / "train.log"
+        checkout.mkdir()
+        out_dir.mkdir()
+        _extract(archive, checkout)
+        env = scrubbed_env({**train_env(out_dir, env_id, budget, seed), **(extra_env or {})})
+        proc = run_group([sys.executable, TRAIN_SCRIPT], checkout, env, log_path, budget + grace, should_stop)
+        log, log_bytes = _log_tail_bytes(log_path, log_cap)
+        policy = find_policy(out_dir)
+        return {
+            "policy": policy.read_bytes() if policy else None,
+            "policy_name": policy.name if policy else None,
+            "log": log,
+            "log_bytes": log_bytes,
+            "metrics": parse_summary(log),
+            "returncode": proc.returncode,
+            "timed_out": proc.timed_out,
+            "wall_s": proc.wall_s,
+        }
+
+
+# ---------------------------------------------------------------- score
+def _cpu_count() -> int:
+    """CPUs this container may use: its cgroup quota, else its affinity."""
+    try:
+        quota, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        if quota != "max":
+            return max(1, int(-(-int(quota) // int(period))))
+    except (OSError, ValueError):
+        pass
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def score_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: str, seed: int, episodes: int,
+                 policy_name: str = "policy.pt", workers: Optional[int] = None,
+                 timeout_s: float = EVAL_TIMEOUT_S) -> dict:
+    """Check the harness against its hash, then run it as evaluate.py in a fresh process (scrubbed
+    environment, no PYTHONPATH) on the policy; returns the JSON it wrote.
+
+    Raises HarnessRefused on a wrong hash, HarnessFailed (last log line) when it fails."""
+    actual = hashlib.sha256(harness).hexdigest()
+    if actual != harness_sha256:
+        raise HarnessRefused(f"harness sha256 {actual} is not the expected {harness_sha256}: not run")
+    name = Path(policy_name or "policy.pt").name
+    if name not in POLICY_NAMES:
+        raise HarnessFailed(f"policy name {policy_name!r} is not one of {', '.join(POLICY_NAMES)}")
+    with tempfile.TemporaryDirectory(prefix="autorl-eval-") as tmp:
+        folder = Path(tmp)
+        (folder / "evaluate.py").write_bytes(harness)
+        (folder / name).write_bytes(policy)
+        out_json, log_path = folder / "eval.json", folder / "eval.log"
+        env = scrubbed_env({"PYTHONUNBUFFERED": "1", "AUTORL_EVAL_WORKERS": str(workers or _cpu_count())})
+        env.pop("PYTHONPATH", None)  # nothing but installed packages and the harness itself
+        cmd = [sys.executable, "evaluate.py", "--policy", name, "--env", env_id, "--episodes", str(episodes),
+               "--seed", str(seed), "--out", str(out_json)]
+        proc = run_group(cmd, folder, env, log_path, timeout_s, lambda: False)
+        if proc.timed_out:
+            raise HarnessFailed(f"evaluation took longer than {timeout_s:.0f}s")
+        if proc.returncode != 0 or not out_json.exists():
+            raise HarnessFailed(log_tail(log_path, 1) or f"evaluate.py exited with {proc.returncode}")
+        return json.loads(out_json.read_text())
+
+
+# ---------------------------------------------------------------- both, for `modal run modal_app.py`
+def _git_archive(root: Path) -> bytes:
+    import git
+
+    repo = git.Repo(root)
+    if repo.is_dirty(untracked_files=False):
+        print("note: uncommitted changes are not part of the experiment (it runs HEAD)")
+    buffer = io.BytesIO()
+    repo.archive(buffer, "HEAD", format="tar.gz")
+    return buffer.getvalue()
+
+
+def _time_budget(root: Path) -> float:
+    """evaluate.TIME_BUDGET of the checkout (AUTORL_TIME_BUDGET overrides it there)."""
+    spec = importlib.util.spec_from_file_location("_autorl_checkout_evaluate", root / "evaluate.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return float(module.TIME_BUDGET)
+
+
+def one_experiment(fns, root: Path, env_id: str, budget: float, seed: int, episodes: int) -> dict:
+    """Train `root`'s HEAD with `fns.train`, score its artifact with `fns.evaluate` and root's
+    evaluate.py on a fresh random seed, print both; returns {"train", "score", "eval_seed"}.
+    `fns` is a modal_functions.ModalFunctions (anything whose two members have `.remote`)."""
+    budget = budget or _time_budget(root)
+    print(f"training HEAD of {root} on {env_id} for {budget:g}s (seed {seed}) ...")
+    run = fns.train.remote(_git_archive(root), env_id, budget, seed)
+    print("\n".join(run["log"].splitlines()[-15:]))
+    metrics = run["metrics"]
+    print(f"train: returncode {run['returncode']}, {run['wall_s']:.1f}s, timed out {run['timed_out']}, "
+          f"env_steps {metrics.get('env_steps', '?')}, sps {metrics.get('sps', '?')}")
+    outcome = {"train": run, "score": None, "eval_seed": None}
+    if run["policy"] is None:
+        print("no policy artifact was exported: nothing to score")
+        return outcome
+    harness = (root / "evaluate.py").read_bytes()
+    outcome["eval_seed"] = eval_seed = secrets.randbelow(2**31 - 1)
+    outcome["score"] = result = fns.evaluate.remote(harness, hashlib.sha256(harness).hexdigest(), run["policy"],
+                                                    env_id, eval_seed, episodes, run["policy_name"])
+    print(f"score on {env_id}: mean {result['mean']:.2f} ± {result['se']:.2f} (se) over {result['episodes']} "
+          f"episodes (seed {eval_seed}), iqm {result['iqm']:.2f}, min {result['min']:.2f}, max {result['max']:.2f}")
+    return outcome

@@ -1,0 +1,118 @@
+"""The Modal objects of autorl: the image, the app `autorl`, the results volume, and the three
+functions (train_experiment on a GPU, evaluate_policy on CPUs, night_daemon for a whole night),
+with `configured` / `session`, through which ModalRunner and modal_app.py's entrypoints get them.
+
+GPU type and CPU count of the train containers: AUTORL_MODAL_GPU (default H100) and
+AUTORL_MODAL_CPU (default 8), read at import (also AUTORL_MODAL_EVAL_CPU, AUTORL_MODAL_TIMEOUT);
+per call, `configured(gpu="A100", cpu=4)` returns the functions with those options
+(`Function.with_options`): this is what the daemon's --modal-gpu/--modal-cpu go through.
+
+Importing this module makes no network call. The functions' work is plain Python in
+modal_experiment.py and modal_night.py; the image carries this package, so a container imports
+this module by its name.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from pathlib import Path
+from typing import NamedTuple, Optional
+
+import modal
+
+from ..modal_support import VOLUME_NAME
+from .modal_experiment import EVAL_TIMEOUT_S, score_policy, train_archive
+from .modal_night import DEFAULT_IDENTITY, FUNCTION_IDS_ENV, run_night
+
+ROOT = Path(__file__).resolve().parents[2]  # the checkout this package is part of: the image is built from it
+IMAGE_FILES = ("pyproject.toml", "evaluate.py")
+TORCH_SPEC = "torch==2.13.0"  # as the Makefile; PyPI's Linux wheel of torch is the CUDA build
+
+TRAIN_GPU = os.environ.get("AUTORL_MODAL_GPU", "H100")
+TRAIN_CPU = float(os.environ.get("AUTORL_MODAL_CPU", 8))
+EVAL_CPU = float(os.environ.get("AUTORL_MODAL_EVAL_CPU", 8))
+NIGHT_CPU = 2.0
+TRAIN_TIMEOUT_S = int(os.environ.get("AUTORL_MODAL_TIMEOUT", 4 * 3600))  # a cap: run_group kills at budget + grace
+NIGHT_TIMEOUT_S = 24 * 3600                                               # Modal's longest
+RESULTS_MOUNT = "/autorl-results"
+
+image = (
+    modal.Image.debian_slim(python_version="3.11")
+    .apt_install("swig", "build-essential", "git", "tzdata")  # swig + compilers: Box2D
+    .pip_install(TORCH_SPEC)
+    .pip_install_from_pyproject(str(ROOT / "pyproject.toml"))  # torch>=2.4 is then already met
+    .pip_install("jax[cuda12]")                                 # the CUDA plugin of the jax just installed
+    .env({"PYTHONUNBUFFERED": "1"})
+    .add_local_python_source("orchestrator", "envs_fast")
+    .add_local_file(ROOT / "evaluate.py", "/root/evaluate.py")
+)
+app = modal.App("autorl", image=image)
+results_volume = modal.Volume.from_name(VOLUME_NAME, create_if_missing=True)
+
+
+def image_problem() -> Optional[str]:
+    """None when this checkout has the files the image is built from (read only when Modal builds
+    it, so a missing one would fail after the run was created), else one line."""
+    missing = [name for name in IMAGE_FILES if not (ROOT / name).is_file()]
+    if missing:
+        return f"--runner modal builds its image from {ROOT}, which has no {' and no '.join(missing)}"
+    return None
+
+
+@app.function(gpu=TRAIN_GPU, cpu=TRAIN_CPU, timeout=TRAIN_TIMEOUT_S, block_network=True,
+              restrict_modal_access=True)
+def train_experiment(archive: bytes, env_id: str, budget: float, seed: int, grace: float | None = None,
+                     extra_env: dict | None = None) -> dict:
+    """Train a commit (`git archive --format=tar.gz COMMIT`) for `budget` seconds on a GPU. No
+    secret, no harness and no held-out seed enter this container."""
+    return train_archive(archive, env_id, budget, seed, grace, extra_env)
+
+
+@app.function(cpu=EVAL_CPU, timeout=EVAL_TIMEOUT_S + 300, block_network=True, restrict_modal_access=True)
+def evaluate_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: str, seed: int, episodes: int,
+                    policy_name: str = "policy.pt") -> dict:
+    """Score a policy artifact with the trusted harness (checked against its sha256) on CPUs."""
+    return score_policy(harness, harness_sha256, policy, env_id, seed, episodes, policy_name)
+
+
+@app.function(cpu=NIGHT_CPU, timeout=NIGHT_TIMEOUT_S, volumes={RESULTS_MOUNT: results_volume})
+def night_daemon(bundle: bytes, env_id: str, tag: str, run_args: str = "", identity: tuple | None = None,
+                 tz: str = "") -> int:
+    """The daemon over a clone of `bundle`, its experiments on train_experiment/evaluate_policy of
+    this running app (by id), its run saved to the volume after every experiment."""
+    ids = {"train_experiment": train_experiment.object_id, "evaluate_policy": evaluate_policy.object_id}
+    return run_night(bundle, env_id, tag, run_args, Path(RESULTS_MOUNT), commit=results_volume.commit,
+                     function_ids=ids, identity=tuple(identity or DEFAULT_IDENTITY), tz=tz)
+
+
+class ModalFunctions(NamedTuple):
+    train: modal.Function      # train_experiment(archive, env_id, budget, seed, grace=None, extra_env=None)
+    evaluate: modal.Function   # evaluate_policy(harness, harness_sha256, policy, env_id, seed, episodes, policy_name)
+
+
+def configured(gpu: str | None = None, cpu: float | None = None, timeout_s: int | None = None) -> ModalFunctions:
+    """train_experiment and evaluate_policy, the train containers with GPU type `gpu` and `cpu`
+    CPUs (None: AUTORL_MODAL_GPU / AUTORL_MODAL_CPU) and a `timeout_s` cap. Call inside a running
+    app (`session()`, `app.run()`, a local entrypoint); in the night container (where
+    AUTORL_MODAL_FUNCTIONS holds their ids) the running app's functions are looked up by id."""
+    train, evaluate = train_experiment, evaluate_policy
+    ids = json.loads(os.environ.get(FUNCTION_IDS_ENV) or "{}")
+    if ids:
+        train = modal.Function.from_id(ids["train_experiment"])
+        evaluate = modal.Function.from_id(ids["evaluate_policy"])
+    if gpu or cpu or timeout_s:
+        # resources are replaced as a whole by with_options: always give both GPU and CPU
+        train = train.with_options(gpu=gpu or TRAIN_GPU, cpu=float(cpu or TRAIN_CPU), timeout=timeout_s)
+    return ModalFunctions(train, evaluate)
+
+
+@contextlib.contextmanager
+def session(gpu: str | None = None, cpu: float | None = None, timeout_s: int | None = None):
+    """`with session(gpu, cpu) as fns: fns.train.spawn(...)`: the configured functions of a running
+    app (a fresh `app.run()` for the block; in the night container, the night's own app)."""
+    if os.environ.get(FUNCTION_IDS_ENV):
+        yield configured(gpu, cpu, timeout_s)
+        return
+    with app.run():
+        yield configured(gpu, cpu, timeout_s)
