@@ -104,17 +104,17 @@ def make_runner(config: RunConfig, folder: RunFolder, workspace: Workspace, stop
     return LocalRunner(settings, workspace, stop.requested, journal, harness_bytes)
 
 
-def check_runner(name: str, root: Path) -> None:
-    """Before anything is created: a Modal runner needs modal_app.py, credentials and a reachable Modal."""
+def check_runner(name: str) -> None:
+    """Before anything is created: a Modal runner needs credentials, a reachable Modal and the files
+    its image is built from."""
     if name != "modal":
         return
     from .modal_support import check_modal_reachable, modal_credentials_problem
+    from .runners.modal_functions import image_problem
 
-    problem = modal_credentials_problem() or check_modal_reachable(timeout_s=20)
+    problem = modal_credentials_problem() or check_modal_reachable(timeout_s=20) or image_problem()
     if problem:
         raise RunError(problem)
-    if not (root / "modal_app.py").is_file():
-        raise RunError(f"--runner modal needs {root / 'modal_app.py'}")
 
 
 def check_sandbox(mode: str) -> None:
@@ -168,7 +168,7 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
         check_sandbox(options.sandbox or "auto")
         check_translate_lang(options.translate_lang or "auto")
         if options.runner_factory is None:  # a test's factory brings its own (fake) Modal
-            check_runner(options.runner or "local", root)
+            check_runner(options.runner or "local")
     created = not folder.path.exists()
     folder.path.mkdir(parents=True, exist_ok=True)
     lock = RunLock(folder.path)
@@ -187,7 +187,7 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
             check_sandbox(config.sandbox)
             check_translate_lang(config.translate_lang)
             if options.runner_factory is None:
-                check_runner(config.runner, root)
+                check_runner(config.runner)
         if options.agent:
             agent_name, why = options.agent, "chosen with --agent"
         elif existing:
