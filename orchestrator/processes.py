@@ -14,7 +14,7 @@ What "nothing outlives run_group" rests on, strongest first:
    end the cgroup is killed as a whole (`cgroup.kill`, else freeze and kill each member).
    Guaranteed against accidents (double-forked daemons, stray workers); code running as root
    could still write itself into another cgroup. Empty `autorl-*` cgroups a killed daemon left
-   are pruned after a minute (`prune_cgroups`).
+   are pruned after a minute (`cgroups.prune_cgroups`).
 3. Always: every process is started with `AUTORL_EXPERIMENT_ID=<marker>` in its environment;
    at the end (and by `kill_marked(marker)` after a `kill -9` of the daemon) any process whose
    /proc/<pid>/environ carries the marker is killed, plus the descendants seen while polling.
@@ -38,11 +38,12 @@ import subprocess
 import time
 import uuid
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional
 
 import psutil
+
+from . import cgroups
 
 if TYPE_CHECKING:
     from orchestrator.sandbox import Sandbox, Walls
@@ -56,8 +57,6 @@ MIN_SECRET_VALUE_LENGTH = 8
 
 # Every process run_group starts carries this variable; its value identifies the run_group call.
 MARKER_VAR = "AUTORL_EXPERIMENT_ID"
-CGROUP_PREFIX = "autorl-"
-STALE_CGROUP_S = 60.0  # an empty autorl-* cgroup older than this is a killed daemon's leftover
 OUTPUT_CHECK_INTERVAL_S = 0.5
 POLL_S = 0.2
 
@@ -85,143 +84,6 @@ def scrubbed_env(extra: dict | None = None) -> dict:
 def new_marker() -> str:
     """A fresh value for AUTORL_EXPERIMENT_ID (record it before spawning to kill by it later)."""
     return uuid.uuid4().hex
-
-
-# ---------------------------------------------------------------- cgroup v2
-@lru_cache(maxsize=None)
-def _cgroup2_mount() -> Optional[Path]:
-    try:
-        with open("/proc/self/mountinfo") as mountinfo:
-            for line in mountinfo:
-                fields = line.split()
-                if " - cgroup2 " in line and len(fields) > 4:
-                    return Path(fields[4])
-    except OSError:
-        pass
-    return None
-
-
-def _own_cgroup() -> Optional[Path]:
-    mount = _cgroup2_mount()
-    if mount is None:
-        return None
-    try:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                return mount / line[3:].strip().lstrip("/")
-    except OSError:
-        pass
-    return None
-
-
-def _join_cgroup(procs_file: str) -> Callable[[], None]:
-    def join() -> None:
-        with open(procs_file, "w") as procs:
-            procs.write(str(os.getpid()))
-    return join
-
-
-@lru_cache(maxsize=None)
-def cgroup_base() -> Optional[Path]:
-    """The cgroup v2 directory under which each command gets its own cgroup, when this process
-    may create one there and move a child into it (tried once); else None."""
-    base = _own_cgroup()
-    if base is None or not os.access(base, os.W_OK):
-        return None
-    trial = base / f"{CGROUP_PREFIX}probe-{os.getpid()}"
-    try:
-        trial.mkdir(exist_ok=True)
-        done = subprocess.run(["true"], preexec_fn=_join_cgroup(str(trial / "cgroup.procs")),
-                              stdin=subprocess.DEVNULL, capture_output=True, timeout=10)
-        ok = done.returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        ok = False
-    finally:
-        _remove_cgroup(trial)
-    return base if ok else None
-
-
-def _cgroup_pids(cgroup: Path) -> list[int]:
-    try:
-        return [int(pid) for pid in (cgroup / "cgroup.procs").read_text().split()]
-    except (OSError, ValueError):
-        return []
-
-
-def _kill_cgroup(cgroup: Path) -> int:
-    """SIGKILL every process in `cgroup`; returns how many there were."""
-    pids = _cgroup_pids(cgroup)
-    if not pids:
-        return 0
-    try:
-        (cgroup / "cgroup.kill").write_text("1")
-    except OSError:  # kernel < 5.14: freeze, kill each member, thaw
-        try:
-            (cgroup / "cgroup.freeze").write_text("1")
-        except OSError:
-            pass
-        for _ in range(20):
-            members = _cgroup_pids(cgroup)
-            if not members:
-                break
-            for pid in members:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            time.sleep(0.05)
-        try:
-            (cgroup / "cgroup.freeze").write_text("0")
-        except OSError:
-            pass
-    return len(pids)
-
-
-def _remove_cgroup(cgroup: Path, wait_s: float = 5.0) -> None:
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            cgroup.rmdir()
-            return
-        except FileNotFoundError:
-            return
-        except OSError:  # still populated (killed processes not yet gone)
-            if time.monotonic() > deadline:
-                return
-            time.sleep(0.02)
-
-
-def prune_cgroups(min_age_s: float = STALE_CGROUP_S) -> int:
-    """Remove empty `autorl-*` cgroups older than `min_age_s` that a killed daemon left behind
-    (a younger one may belong to a command another daemon is just starting). Returns how many."""
-    base = cgroup_base()
-    if base is None:
-        return 0
-    removed = 0
-    try:
-        entries = [e for e in os.scandir(base) if e.name.startswith(CGROUP_PREFIX) and e.is_dir()]
-    except OSError:
-        return 0
-    for entry in entries:
-        try:
-            if time.time() - entry.stat().st_mtime < min_age_s or _cgroup_pids(Path(entry.path)):
-                continue
-            os.rmdir(entry.path)
-            removed += 1
-        except OSError:
-            continue
-    return removed
-
-
-def _cgroup_of(pid: int) -> Optional[Path]:
-    mount = _cgroup2_mount()
-    try:
-        for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-            if line.startswith("0::") and mount is not None:
-                return mount / line[3:].strip().lstrip("/")
-    except OSError:
-        pass
-    return None
 
 
 # ---------------------------------------------------------------- process groups
@@ -293,19 +155,20 @@ def kill_marked(marker: str) -> int:
     if not marker:
         return 0
     procs = _marked(marker)
-    cgroups = {_cgroup_of(proc.pid) for proc in procs}
-    base = cgroup_base()
+    name = f"{cgroups.CGROUP_PREFIX}{marker}"
+    found = {cgroups.cgroup_of(proc.pid) for proc in procs}
+    base = cgroups.cgroup_base()
     if base is not None:
-        cgroups.add(base / f"{CGROUP_PREFIX}{marker}")
+        found.add(base / name)
+    found = {cgroup for cgroup in found if cgroup is not None and cgroup.name == name}
     killed = 0
-    for cgroup in cgroups:
-        if cgroup is not None and cgroup.name == f"{CGROUP_PREFIX}{marker}" and cgroup.is_dir():
-            killed += _kill_cgroup(cgroup)
+    for cgroup in found:
+        if cgroup.is_dir():
+            killed += cgroups.kill_cgroup(cgroup)
     killed = max(killed, _kill_and_wait(procs))
-    for cgroup in cgroups:
-        if cgroup is not None and cgroup.name == f"{CGROUP_PREFIX}{marker}":
-            _remove_cgroup(cgroup)
-    prune_cgroups()
+    for cgroup in found:
+        cgroups.remove_cgroup(cgroup)
+    cgroups.prune_cgroups()
     return killed
 
 
@@ -339,7 +202,7 @@ def kill_orphaned_group(pgid: int, cwd_inside: list[Path], marker: Optional[str]
     if marker:
         killed += kill_marked(marker)
     else:
-        prune_cgroups()
+        cgroups.prune_cgroups()
     return killed
 
 
@@ -421,14 +284,14 @@ def run_group(
     watch = output_dir is not None and max_output_bytes is not None
 
     cgroup: Optional[Path] = None
-    base = cgroup_base()
+    base = cgroups.cgroup_base()
     if base is not None:
         try:
-            cgroup = base / f"{CGROUP_PREFIX}{marker}"
+            cgroup = base / f"{cgroups.CGROUP_PREFIX}{marker}"
             cgroup.mkdir(exist_ok=True)
         except OSError:
             cgroup = None
-    join = _join_cgroup(str(cgroup / "cgroup.procs")) if cgroup is not None else None
+    join = cgroups.join_cgroup(str(cgroup / "cgroup.procs")) if cgroup is not None else None
     fsize = int(max_output_bytes) + 1 if watch else None
 
     def preexec() -> None:  # in the child, after setsid, before exec: no locks, no imports
@@ -476,16 +339,16 @@ def run_group(
             finally:
                 kill_group(pgid)  # leftovers: workers, grandchildren
                 if cgroup is not None:
-                    _kill_cgroup(cgroup)
+                    cgroups.kill_cgroup(cgroup)
                 _kill_and_wait([p for p in seen if p.is_running()], timeout_s=2)
                 _kill_and_wait(_marked(marker), timeout_s=2)
                 if proc.poll() is None:
                     proc.wait()
     finally:
         if cgroup is not None:
-            _kill_cgroup(cgroup)
-            _remove_cgroup(cgroup)
-            prune_cgroups()
+            cgroups.kill_cgroup(cgroup)
+            cgroups.remove_cgroup(cgroup)
+            cgroups.prune_cgroups()
     if watch:
         output_bytes = tree_size(output_dir)
         exceeded = exceeded or output_bytes > max_output_bytes

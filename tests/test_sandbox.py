@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from orchestrator import processes
+from orchestrator import cgroups, processes
 from orchestrator.processes import MARKER_VAR, kill_orphaned_group, new_marker, run_group, scrubbed_env
 from orchestrator.sandbox import Sandbox, SandboxUnavailable, Walls, python_paths
 
@@ -211,10 +211,10 @@ def test_the_python_environment_works_inside(layout):
 def test_a_double_forked_setsid_daemon_dies_with_its_command(layout, monkeypatch, containment):
     if containment == "sandbox" and not SANDBOX.available:
         pytest.skip(f"no sandbox: {SANDBOX.reason}")
-    if containment == "cgroup" and processes.cgroup_base() is None:
+    if containment == "cgroup" and cgroups.cgroup_base() is None:
         pytest.skip("no writable cgroup v2 subtree here")
     if containment == "marker":
-        monkeypatch.setattr(processes, "cgroup_base", lambda: None)
+        monkeypatch.setattr(cgroups, "cgroup_base", lambda: None)
     token = fresh_token()
     started = layout["out"] / "started"
     result, log = run(layout, ["daemonize.py", token, str(started), "0"], sandboxed=containment == "sandbox")
@@ -249,7 +249,7 @@ def test_killing_the_recorded_group_ends_a_sandboxed_tree(layout):
 
 
 def test_an_escapee_without_sandbox_is_found_by_its_marker(layout, monkeypatch):
-    monkeypatch.setattr(processes, "cgroup_base", lambda: None)
+    monkeypatch.setattr(cgroups, "cgroup_base", lambda: None)
     token, marker = fresh_token(), new_marker()
     started = layout["out"] / "started"
     env = scrubbed_env({"AUTORL_OUTPUT_DIR": str(layout["out"]), MARKER_VAR: marker})
@@ -318,16 +318,16 @@ def test_wrap_refuses_a_cwd_outside_the_walls(layout):
 
 
 def test_empty_cgroups_left_by_a_killed_daemon_are_pruned():
-    base = processes.cgroup_base()
+    base = cgroups.cgroup_base()
     if base is None:
         pytest.skip("no writable cgroup v2 subtree here")
-    stale, fresh = base / f"{processes.CGROUP_PREFIX}test-stale", base / f"{processes.CGROUP_PREFIX}test-fresh"
+    stale, fresh = base / f"{cgroups.CGROUP_PREFIX}test-stale", base / f"{cgroups.CGROUP_PREFIX}test-fresh"
     try:
         stale.mkdir()
         fresh.mkdir()
-        old = time.time() - 2 * processes.STALE_CGROUP_S
+        old = time.time() - 2 * cgroups.STALE_CGROUP_S
         os.utime(stale, (old, old))
-        processes.prune_cgroups()
+        cgroups.prune_cgroups()
         assert not stale.exists() and fresh.exists()
     finally:
         for cgroup in (stale, fresh):
