@@ -10,43 +10,14 @@ See README.md in this directory for the backend protocol.
 """
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
+from envs_fast.gate import in_training_run, training_refusal
 from envs_fast.protocol import BackendError, slug, translation_path
 
 __all__ = ["BackendError", "slug", "make_vec_env", "choose_backend", "translation_path", "training_refusal",
            "in_training_run"]
-
-# Set for every training run (orchestrator.artifacts.train_env, the agents' trial runs), never for
-# verify or bench, which must load backends that are not verified yet.
-TRAINING_RUN_VARIABLE = "AUTORL_OUTPUT_DIR"
-TRUSTED_SPECS = ("reference", "gymnasium")  # the reference itself needs no verdict
-
-
-def in_training_run() -> bool:
-    return bool(os.environ.get(TRAINING_RUN_VARIABLE))
-
-
-def training_refusal(spec: str, env_id: str, root: str | Path | None = None) -> str | None:
-    """Why training may not use backend SPEC for `env_id` in this run, or None when it may: a
-    translation (JAX or Rust) or gymnax needs a passing verdict in the run's verdict cache (the one
-    `cache.cached_verdict` reads: $AUTORL_VERIFY_CACHE under the daemon); envpool is trusted unless
-    a cached verdict fails (the rule `choose_backend` applies); the reference always may."""
-    from envs_fast import cache
-    from envs_fast.protocol import resolve_spec
-
-    spec = resolve_spec(spec, env_id, root)
-    if spec in TRUSTED_SPECS:
-        return None
-    record = cache.cached_verdict(spec, env_id)
-    if record is not None and not record.get("passed"):
-        return f"{spec} failed verification for {env_id}: {record.get('summary', '')}".rstrip(": ")
-    if record is None and spec != "envpool":
-        return f"{spec} has no verdict for {env_id} in this run's verdict cache ({cache.cache_dir()})"
-    return None
-
 
 def _gate(verified_only: bool | None) -> bool:
     return in_training_run() if verified_only is None else verified_only

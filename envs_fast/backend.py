@@ -43,9 +43,9 @@ def load_functional(spec: str, env_id: str, root: str | Path | None = None,
                     verified_only: bool | None = None) -> FunctionalBackend:
     """A functional backend for SPEC (a translation path, "jax"/"translation", or "gymnax").
 
-    verified_only (default: in a training run, see `envs_fast.in_training_run`): refuse, with a
-    BackendError saying why, a backend that `envs_fast.training_refusal` refuses."""
-    from envs_fast import in_training_run, training_refusal
+    verified_only (default: in a training run, see `envs_fast.gate.in_training_run`): refuse, with a
+    BackendError saying why, a backend that `envs_fast.gate.training_refusal` refuses."""
+    from envs_fast.gate import in_training_run, training_refusal
 
     check_env_id(env_id)
     spec = resolve_spec(spec, env_id, root)
