@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
+from envs_fast.cache import CACHE_ENV_VAR
 from envs_fast.portability import no_port_reason
 
 from . import agents as agent_kinds
@@ -178,6 +180,10 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
         raise RunError(f"run {tag!r} is already running (pid {exc.pid}); `python -m orchestrator stop --tag {tag}` "
                        "stops it") from None
     runner = None
+    # The daemon's own envs_fast queries (setup's choice, the optuna agent's training path) read this
+    # run's verdicts, as its train runs do.
+    outer_cache = os.environ.get(CACHE_ENV_VAR)
+    os.environ[CACHE_ENV_VAR] = str(folder.verify_cache)
     try:
         setup_logging(folder.path)
         stop = StopControl(folder.path)
@@ -235,6 +241,10 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
         if runner is not None:
             runner.close()
         lock.release()
+        if outer_cache is None:
+            os.environ.pop(CACHE_ENV_VAR, None)
+        else:
+            os.environ[CACHE_ENV_VAR] = outer_cache
         if folder.config.exists():
             refresh_report(folder.path)  # its last version: the run has ended
 
