@@ -16,7 +16,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	$(PY) -m orchestrator run --env Pendulum-v1 --budget 15 --max-experiments 4 --optuna-params LEARNING_RATE
+	$(PY) -m orchestrator run --env Pendulum-v1 --budget 15 --max-experiments 4 --optuna-params LEARNING_RATE,JAX_LEARNING_RATE
 	$(PY) -m orchestrator report
 
 test: install
