@@ -5,35 +5,60 @@ Trains ENV_ID for TIME_BUDGET seconds and exports $AUTORL_OUTPUT_DIR/policy.pt: 
 with observation normalisation baked in that maps an observation batch to deterministic actions.
 The score is NOT computed here: the daemon evaluates the artifact with the fixed harness.
 
+The budget clock starts when this process starts: imports, building the envs and JAX compilation
+count, and no update is launched that would end past the budget.
+
 Two paths, one algorithm, one artifact. The backend is what evaluate.make_vec_env(backend="auto")
-would train on (envs_fast.choose_backend: the fastest *verified* backend), then:
+would train on (envs_fast.choose_backend: the fastest *verified* backend; a BACKEND set by hand
+trains only if verified in this run, else on the reference), then:
 - jax-e2e: a functional JAX backend (a verified translation envs_fast/<slug>.py, or gymnax) is
   trained end to end under jit, PureJaxRL's shape: one compiled call runs the rollout (lax.scan over
   JAX_NUM_STEPS steps of JAX_NUM_ENVS vmapped envs, autoreset and time limit included), GAE and
   the PPO epochs (optax); the host only decides when to stop. The networks are the torch Agent's,
-  copied to JAX at the start and back at the end, so the export is the same as the host path's.
+  translated module by module (a module it cannot translate is refused before training), and
+  copied back at the end, so the export is the same as the host path's. With $AUTORL_JAX_CACHE_DIR
+  set, compiled code is kept there and a second run of the same code skips most of the compiling.
 - host: anything else (envpool, gymnasium; e.g. BipedalWalker-v3) is stepped from a torch loop,
   the networks on DEVICE.
+After exporting, the artifact is reloaded as the harness loads it and its actions compared with the
+trained policy's on observations from training (`export_check:`); a mismatch exits non-zero.
 
 What makes it a strong start rather than a textbook one:
 - observation normalisation and reward scaling by running statistics;
 - gymnasium's NEXT_STEP autoreset handled exactly: time-limit truncations bootstrap from the
   final observation instead of being treated as deaths, and the reset steps are masked out;
-- learning rate and entropy annealed over the *time* budget (on the jax-e2e path, over the time
-  left after compiling), not a step count;
-- state-independent log-std, orthogonal init, separate actor and critic;
-- the budget counts JAX compilation, and no update is launched that would overrun it.
+- learning rate and entropy annealed over the *time* budget (over the time left once training
+  starts), not a step count;
+- state-independent log-std, orthogonal init, separate actor and critic.
 """
 import os
-import sys
 import time
-import warnings
-from pathlib import Path
-from types import SimpleNamespace
 
-import numpy as np
-import torch
-import torch.nn as nn
+
+def process_start_time():
+    """When this process started, as a time.time() value: Linux's /proc/self/stat (field 22, clock
+    ticks since boot), else now (this line runs before any heavy import)."""
+    now = time.time()
+    try:
+        with open("/proc/self/stat") as stat:
+            ticks = int(stat.read().rsplit(")", 1)[1].split()[19])  # fields after the command's ")" start at 3
+        started = now - time.clock_gettime(time.CLOCK_BOOTTIME) + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return started if 0 <= now - started < 600 else now  # a clock that disagrees is not trusted
+
+
+# The budget clock. Imported as a module (tests, benchmarks), the import is the start.
+START = process_start_time() if __name__ == "__main__" else time.time()
+
+import sys  # noqa: E402  (the clock above is read before the heavy imports)
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+from types import SimpleNamespace  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+import torch.nn as nn  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 import evaluate  # noqa: E402  (the fixed harness: constants and env factories)
@@ -73,7 +98,11 @@ ENV_ID = evaluate.ENV_ID
 TIME_BUDGET = evaluate.TIME_BUDGET
 SEED = int(os.environ.get("AUTORL_SEED", 1))
 OUTPUT_DIR = Path(os.environ.get("AUTORL_OUTPUT_DIR", "out"))
+JAX_CACHE_DIR = os.environ.get("AUTORL_JAX_CACHE_DIR")  # the runner's per-commit compilation cache
 HOST_SPECS = ("envpool", "gymnasium", "reference")  # vector backends: stepped from the torch loop
+SCALARS = ("logp", "reward", "valid", "terminated", "done", "finished_return", "discounted_return")  # jax-e2e rollout
+EXPORT_TOLERANCE = 1e-4  # export_check: max |action difference| for Box actions (+1e-5 x |action|)
+TIE_TOLERANCE = 1e-5  # export_check, Discrete actions: a logit this close to the best is a tie
 
 
 # ---------------------------------------------------------------- the networks (shared by both paths)
@@ -84,7 +113,9 @@ def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
 
 
 class Agent(nn.Module):
-    """Tanh MLPs (the JAX path's `mlp` computes the same function from the same Linear layers)."""
+    """Separate actor and critic MLPs. The jax-e2e path translates `actor` and `critic` module by
+    module (see `jax_layers` for the modules it knows) and checks that it computes what `value` and
+    `distribution` compute."""
 
     def __init__(self, obs_dim, act_dim, discrete):
         super().__init__()
@@ -113,14 +144,19 @@ class Agent(nn.Module):
 
 
 class ExportedPolicy(nn.Module):
-    """Deterministic policy for the harness: raw observation batch -> action batch."""
+    """Deterministic policy for the harness: raw observation batch -> action batch, with exactly the
+    preprocessing training applied: one-hot for Discrete observations; `obs_normalisation` (mean, var)
+    then clipping to +-OBS_CLIP when training normalised, raw observations when it did not (None)."""
 
-    def __init__(self, actor, obs_mean, obs_var, obs_clip, num_obs_categories, discrete):
+    def __init__(self, actor, obs_normalisation, num_obs_categories, discrete):
         super().__init__()
         self.actor = actor
-        self.register_buffer("obs_mean", torch.as_tensor(obs_mean, dtype=torch.float32))
-        self.register_buffer("obs_std", torch.as_tensor(np.sqrt(obs_var + 1e-8), dtype=torch.float32))
-        self.obs_clip = obs_clip
+        self.normalise = obs_normalisation is not None
+        if self.normalise:
+            mean, var = obs_normalisation
+            self.register_buffer("obs_mean", torch.as_tensor(mean, dtype=torch.float32))
+            self.register_buffer("obs_std", torch.as_tensor(np.sqrt(var + 1e-8), dtype=torch.float32))
+        self.obs_clip = OBS_CLIP
         self.num_obs_categories = num_obs_categories
         self.discrete = discrete
 
@@ -129,7 +165,8 @@ class ExportedPolicy(nn.Module):
             x = nn.functional.one_hot(obs.long(), self.num_obs_categories).float()
         else:
             x = torch.flatten(obs, 1)
-            x = torch.clamp((x - self.obs_mean) / self.obs_std, -self.obs_clip, self.obs_clip)
+            if self.normalise:
+                x = torch.clamp((x - self.obs_mean) / self.obs_std, -self.obs_clip, self.obs_clip)
         out = self.actor(x)
         if self.discrete:
             return torch.argmax(out, dim=-1)
@@ -151,20 +188,33 @@ class Problem:
 
 
 def choose_backend():
-    """(spec, why): the backend make_vec_env(backend=BACKEND) trains on, and why."""
-    if BACKEND != "auto":
-        return BACKEND, "BACKEND is set in train.py"
+    """(spec, why): the backend training uses, and why. A BACKEND set by hand is used only if this
+    run verified it (envs_fast.training_refusal: a passing cached verdict; envpool unless one fails),
+    else the reference; envs_fast.make_vec_env and load_functional apply the same rule in a
+    training run."""
     try:
         import envs_fast
     except ImportError:  # a checkout without envs_fast: what the harness would do
-        return evaluate._auto_backend(ENV_ID, NUM_ENVS), "envs_fast is not importable"
-    return envs_fast.choose_backend(ENV_ID, NUM_ENVS), "envs_fast.choose_backend: the fastest verified backend"
+        spec = evaluate._auto_backend(ENV_ID, NUM_ENVS) if BACKEND == "auto" else BACKEND
+        return spec, "envs_fast is not importable"
+    if BACKEND == "auto":
+        return envs_fast.choose_backend(ENV_ID, NUM_ENVS), "envs_fast.choose_backend: the fastest verified backend"
+    from envs_fast.protocol import resolve_spec
+
+    refusal = envs_fast.training_refusal(BACKEND, ENV_ID)
+    if refusal:
+        return "reference", f"BACKEND = {BACKEND!r} is not verified in this run ({refusal}): training on the reference"
+    return resolve_spec(BACKEND, ENV_ID), "BACKEND is set in train.py (verified in this run)"
 
 
 def is_jax_functional(spec):
     """True for a JAX translation file or gymnax (trained end to end); False for host backends
     (a Rust translation `.rs` is a native vector env: the torch loop steps it)."""
     return spec not in HOST_SPECS and not str(spec).endswith(".rs")
+
+
+def time_left():
+    return START + TIME_BUDGET - time.time()
 
 
 # ---------------------------------------------------------------- host path: torch loop over a VectorEnv
@@ -194,8 +244,31 @@ def torch_device():
     return torch.device(DEVICE)
 
 
+def gradient_step_seconds(agent, problem, batch, device):
+    """What one minibatch gradient step costs, measured on a copy of the agent (the probe trains
+    nothing): the host path's prior for its first update, before any update was timed."""
+    import copy
+
+    probe = copy.deepcopy(agent)
+    optimizer = torch.optim.Adam(probe.parameters(), lr=0.0)
+    x = torch.zeros(batch, problem.obs_dim, device=device)
+    seconds = []
+    for _ in range(2):  # the first call pays one-time costs; the second is the steady state
+        started = time.time()
+        dist = probe.distribution(x)
+        loss = dist.log_prob(dist.sample()).sum() + probe.value(x).sum() - dist.entropy().sum()
+        optimizer.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(probe.parameters(), MAX_GRAD_NORM)
+        optimizer.step()
+        loss.detach().item()  # waits for the device
+        seconds.append(time.time() - started)
+    return seconds[-1]
+
+
 def train_host(spec, problem, agent):
-    """PPO from a torch loop over evaluate.make_vec_env. Returns the figures and the obs statistics."""
+    """PPO from a torch loop over evaluate.make_vec_env. Returns the figures, the observation
+    normalisation and what export_check compares the artifact with."""
     p = problem
     device = torch_device()
     agent.to(device)
@@ -227,6 +300,8 @@ def train_host(spec, problem, agent):
     term_buf = np.zeros((T, N), np.float32)
     done_buf = np.zeros((T, N), np.float32)
     valid_buf = np.zeros((T, N), bool)
+    check_every = max(1, T // 16)  # raw observations kept from each rollout for export_check
+    check_obs = []
 
     raw_obs, _ = envs.reset(seed=SEED)
     if p.normalise_obs:
@@ -237,17 +312,39 @@ def train_host(spec, problem, agent):
     env_steps = 0
     updates = 0
     approx_kl = 0.0
-    start = time.time()
-    deadline = start + TIME_BUDGET
+    deadline = START + TIME_BUDGET
+    # No iteration (rollout + update) starts that would end past the deadline. The first one's cost
+    # is estimated from its own first steps (the very first may pay one-time costs, so it is not
+    # extrapolated) and a probed gradient step; later ones from the last iteration.
+    probe_steps = min(T, 9)
+    update_prior = 1.5 * UPDATE_EPOCHS * NUM_MINIBATCHES * gradient_step_seconds(
+        agent, p, max(1, T * N // NUM_MINIBATCHES), device)
+    iteration_seconds = None
+    start = time.time()  # training proper starts: the learning rate anneals over the time left
 
-    while time.time() < deadline:
-        progress = min(1.0, (time.time() - start) / TIME_BUDGET)
+    while True:
+        iteration_start = time.time()
+        if iteration_start >= deadline or iteration_start + (iteration_seconds or 0.0) > deadline:
+            break
+        progress = min(1.0, (iteration_start - start) / max(deadline - start, 1e-9))
         if ANNEAL_LR:
             optimizer.param_groups[0]["lr"] = LEARNING_RATE * max(1.0 - progress, 0.02)
 
         # ---- rollout
         obs_buf[0] = features(raw_obs, obs_rms)
+        rollout_check_obs, abandoned = [], False
         for t in range(T):
+            if iteration_seconds is None and t in (1, probe_steps):  # the first rollout: can it finish?
+                if t == 1:
+                    second_step = time.time()
+                else:
+                    estimate = (second_step - iteration_start + (time.time() - second_step) * (T - 1) / (t - 1)
+                                + update_prior)
+                    abandoned = iteration_start + estimate > deadline
+                    if abandoned:
+                        break
+            if t % check_every == 0:
+                rollout_check_obs.append(raw_obs)
             with torch.no_grad():
                 dist = agent.distribution(torch.from_numpy(obs_buf[t]).to(device))
                 action = dist.sample()
@@ -274,6 +371,11 @@ def train_host(spec, problem, agent):
             if p.normalise_obs:
                 obs_rms.update(raw_obs.reshape(N, -1))
             obs_buf[t + 1] = features(raw_obs, obs_rms)
+        if abandoned:
+            print(f"stopping: the first rollout and update need ~{estimate:.1f}s, "
+                  f"{deadline - iteration_start:.1f}s were left", flush=True)
+            break
+        check_obs = rollout_check_obs
 
         # ---- advantages (GAE); truncated episodes bootstrap from their final observation
         with torch.no_grad():
@@ -328,48 +430,115 @@ def train_host(spec, problem, agent):
                 if TARGET_KL and approx_kl > TARGET_KL:
                     stop = True
                     break
-            if stop or time.time() >= deadline:
+            if stop or time.time() >= deadline:  # a last guard: the estimate should never let this happen
                 break
         updates += 1
+        # a slow iteration raises the estimate at once, a fast one lowers it slowly
+        iteration_seconds = max(time.time() - iteration_start, 0.9 * (iteration_seconds or 0.0))
         elapsed = time.time() - start
         last_return = float(np.mean(recent_returns[-20:])) if recent_returns else float("nan")
         print(
             f"update {updates} steps {env_steps} sps {env_steps / elapsed:.0f} "
-            f"return(last 20 episodes) {last_return:.2f} kl {approx_kl:.4f} time {elapsed:.0f}s",
+            f"return(last 20 episodes) {last_return:.2f} kl {approx_kl:.4f} time {time.time() - START:.0f}s",
             flush=True,
         )
 
-    training_seconds = time.time() - start
+    end = time.time()
     envs.close()
     agent.cpu()
-    obs_mean = obs_rms.mean if p.normalise_obs else np.zeros(p.obs_dim)
-    obs_var = obs_rms.var if p.normalise_obs else np.ones(p.obs_dim) - 1e-8
+
+    def policy_outputs(raw):
+        """The trained actor's outputs (logits or action means) on raw observations."""
+        with torch.no_grad():
+            return agent.actor(torch.from_numpy(features(np.asarray(raw), obs_rms))).numpy()
+
     return {
-        "figures": {"device": str(device), "env_steps": env_steps, "training_seconds": training_seconds,
-                    "updates": updates, "episode_return": float(np.mean(recent_returns[-20:])) if recent_returns
-                    else float("nan"), "episodes": len(recent_returns)},
-        "obs_mean": obs_mean, "obs_var": obs_var,
+        "figures": {"device": str(device), "env_steps": env_steps, "training_seconds": end - start,
+                    "wall_seconds": end - START, "updates": updates,
+                    "episode_return": float(np.mean(recent_returns[-20:])) if recent_returns else float("nan"),
+                    "episodes": len(recent_returns)},
+        "obs_normalisation": (obs_rms.mean, obs_rms.var) if p.normalise_obs else None,
+        "check_observations": np.concatenate(check_obs or [raw_obs]), "policy_outputs": policy_outputs,
     }
 
 
 # ---------------------------------------------------------------- jax-e2e path: the whole loop compiled
+class Untranslatable(Exception):
+    """The Agent holds something the jax-e2e path cannot compute exactly as torch does: training it
+    in JAX would train something other than what is exported, so training is refused instead."""
+
+
+def jax_layers(sequential, name):
+    """An nn.Sequential as JAX functions: a list of (sources, apply), one per module in order, where
+    `sources` names the module's torch parameters ({"w": (Linear.weight, transposed), ...}) and
+    apply(params, x) computes what the module computes (params: the sources as arrays)."""
+    import jax
+    import jax.numpy as jnp
+
+    if type(sequential) is not nn.Sequential:
+        raise Untranslatable(f"agent.{name} is a {type(sequential).__name__}, not an nn.Sequential: the jax-e2e path "
+                             f"translates only nn.Sequential networks (BACKEND = \"reference\" trains any network)")
+    elementwise = {nn.Identity: lambda x: x, nn.Tanh: jnp.tanh, nn.ReLU: jax.nn.relu, nn.Sigmoid: jax.nn.sigmoid,
+                   nn.SiLU: jax.nn.silu, nn.Softsign: jax.nn.soft_sign, nn.Mish: jax.nn.mish}
+    layers = []
+    for index, module in enumerate(sequential):
+        kind, where = type(module), f"{name}[{index}]"  # exact types: a subclass may compute something else
+        if kind is nn.Sequential:
+            layers += jax_layers(module, where)
+        elif kind is nn.Linear:
+            sources = {"w": (module.weight, True)} | ({"b": (module.bias, False)} if module.bias is not None else {})
+            layers.append((sources, lambda q, x: x @ q["w"] + q["b"] if "b" in q else x @ q["w"]))
+        elif kind is nn.LayerNorm and len(module.normalized_shape) == 1:
+            sources = {key: (param, False) for key, param in (("scale", module.weight), ("offset", module.bias))
+                       if param is not None}
+
+            def layer_norm(q, x, eps=module.eps):
+                centred = x - x.mean(-1, keepdims=True)
+                y = centred * jax.lax.rsqrt((centred**2).mean(-1, keepdims=True) + eps)
+                return y * q["scale"] + q["offset"] if "offset" in q else y * q.get("scale", 1.0)
+
+            layers.append((sources, layer_norm))
+        elif kind in elementwise:
+            layers.append(({}, lambda q, x, f=elementwise[kind]: f(x)))
+        elif kind is nn.ELU:
+            layers.append(({}, lambda q, x, alpha=module.alpha: jax.nn.elu(x, alpha)))
+        elif kind is nn.LeakyReLU:
+            layers.append(({}, lambda q, x, slope=module.negative_slope: jax.nn.leaky_relu(x, slope)))
+        elif kind is nn.GELU:
+            layers.append(({}, lambda q, x, tanh=module.approximate == "tanh": jax.nn.gelu(x, approximate=tanh)))
+        elif kind is nn.Softplus:
+            layers.append(({}, lambda q, x, beta=module.beta, threshold=module.threshold:
+                           jnp.where(x * beta > threshold, x, jax.nn.softplus(x * beta) / beta)))
+        elif kind is nn.Dropout and module.p == 0:
+            layers.append(({}, lambda q, x: x))
+        else:
+            known = "Linear, LayerNorm, Dropout(p=0), ELU, GELU, LeakyReLU, Softplus, " + ", ".join(
+                k.__name__ for k in elementwise)
+            raise Untranslatable(f"the jax-e2e path cannot translate agent.{where} ({module!r}); it translates "
+                                 f"{known} (BACKEND = \"reference\" trains any network)")
+    return layers
+
+
 def make_jax_training(spec, problem, agent):
     """PPO for a functional JAX backend, PureJaxRL's shape. Returns a namespace:
       state                      the initial training state (a pytree: weights, optimiser, envs, statistics)
       update(state, lr, ent)     one PPO iteration, pure: rollout (lax.scan over JAX_NUM_STEPS steps of
-                                 JAX_NUM_ENVS vmapped envs), GAE, JAX_UPDATE_EPOCHS epochs; -> (state, metrics)
+                                 JAX_NUM_ENVS vmapped envs), statistics, GAE, JAX_UPDATE_EPOCHS epochs;
+                                 -> (state, metrics)
       env_step(key, ...)         the envs one step on (autoreset, time limit): what `update` calls
+      outputs(state, raw_obs)    the actor's outputs (logits or action means) on raw observations
       act(state, raw_obs)        the trained policy: raw observations -> deterministic actions
-      to_torch(state, agent)     copies the weights into the torch Agent, returns (obs_mean, obs_var)
-    The weights start as `agent`'s (so both paths initialise alike) and go back into it for the export."""
+      to_torch(state, agent)     copies the weights into the torch Agent, returns the obs normalisation
+      first_update_seconds       a conservative estimate of the first update's time, before it is timed
+    The weights start as `agent`'s (so both paths initialise alike) and go back into it for the export.
+    Raises Untranslatable, before anything is compiled, for an Agent it cannot compute exactly."""
     import jax
-    import jax.flatten_util
     import jax.numpy as jnp
     import jax.scipy.special
     import optax
 
     from envs_fast.backend import load_functional
-    from envs_fast.vector import derive_keys, max_episode_steps
+    from envs_fast.vector import derive_keys, max_episode_steps, mix32
 
     p = problem
     backend = load_functional(spec, ENV_ID)
@@ -377,63 +546,85 @@ def make_jax_training(spec, problem, agent):
     N, T, E, M = JAX_NUM_ENVS, JAX_NUM_STEPS, JAX_UPDATE_EPOCHS, JAX_NUM_MINIBATCHES
     minibatch = (T * N) // M
 
-    # ---- networks: the Agent's Linear layers as (W, b) pairs, log-std for Box actions, all in one
+    # ---- networks: the Agent's modules translated, their weights (and log-std for Box actions) in one
     # flat vector (the optimiser then runs a few kernels, not a few per layer: shorter compilation)
-    def linears(sequential):
-        return [(m.weight.detach().cpu().numpy().T, m.bias.detach().cpu().numpy())
-                for m in sequential if isinstance(m, nn.Linear)]
+    layers = {"actor": jax_layers(agent.actor, "actor"), "critic": jax_layers(agent.critic, "critic")}
+    log_std = None if p.discrete else getattr(agent, "actor_logstd", None)
+    if not p.discrete and not isinstance(log_std, nn.Parameter):
+        raise Untranslatable("Box actions need agent.actor_logstd (a state-independent log-std) on the jax-e2e path")
+    trained = {id(param) for net in layers.values() for sources, _ in net for param, _ in sources.values()}
+    trained |= {id(log_std)} if log_std is not None else set()
+    untrained = [name for name, param in agent.named_parameters() if id(param) not in trained]
+    if untrained:
+        raise Untranslatable(f"agent parameters outside actor, critic and actor_logstd ({', '.join(untrained)}): "
+                             f"the jax-e2e path would not train them")
 
-    params = {"actor": linears(agent.actor), "critic": linears(agent.critic)}
-    if not p.discrete:
-        params["log_std"] = agent.actor_logstd.detach().cpu().numpy().reshape(-1)
-    flat_params, unravel = jax.flatten_util.ravel_pytree(params)
+    def weights(net):
+        return [{key: param.detach().cpu().numpy().T if transposed else param.detach().cpu().numpy()
+                 for key, (param, transposed) in sources.items()} for sources, _ in net]
 
-    def mlp(layers, x):  # the Agent's Sequential: Linear, Tanh, Linear, Tanh, Linear
-        for w, b in layers[:-1]:
-            x = jnp.tanh(x @ w + b)
-        w, b = layers[-1]
-        return x @ w + b
+    params = {name: weights(net) for name, net in layers.items()}
+    if log_std is not None:
+        params["log_std"] = log_std.detach().cpu().numpy().reshape(-1)
+    # flattened in numpy: any op run outside the compiled update would compile on its own
+    leaves, treedef = jax.tree_util.tree_flatten(params)
+    flat_params = np.concatenate([leaf.reshape(-1) for leaf in leaves]).astype(np.float32)
+    offsets = np.cumsum([0] + [leaf.size for leaf in leaves])
+
+    def unravel(flat):
+        return treedef.unflatten([flat[a:b].reshape(leaf.shape) for a, b, leaf in zip(offsets, offsets[1:], leaves)])
+
+    check_agent_glue(agent, p)
+    num_weights = {name: sum(w.size for q in params[name] for w in q.values()) for name in layers}
+
+    def network(name, flat, x):
+        for (_, apply), q in zip(layers[name], unravel(flat)[name]):
+            x = apply(q, x)
+        return x
 
     def value(flat, x):
-        return mlp(unravel(flat)["critic"], x)[..., 0]
+        return network("critic", flat, x)[..., 0]
 
-    def log_prob_entropy(flat, x, action):
-        params = unravel(flat)
-        out = mlp(params["actor"], x)
+    def log_prob_entropy(flat, out, action):
         if p.discrete:
             logits = jax.nn.log_softmax(out)
-            logp = jnp.take_along_axis(logits, action[..., None], axis=-1)[..., 0]
+            logp = (logits * jax.nn.one_hot(action, p.act_dim)).sum(-1)  # (a gather's gradient is a scatter)
             return logp, -(jnp.exp(logits) * logits).sum(-1)
-        log_std = params["log_std"]
+        log_std = unravel(flat)["log_std"]
         z = (action - out) / jnp.exp(log_std)
         logp = (-0.5 * z**2 - log_std - 0.5 * jnp.log(2 * jnp.pi)).sum(-1)
         return logp, jnp.broadcast_to((log_std + 0.5 * jnp.log(2 * jnp.pi * jnp.e)).sum(), logp.shape)
 
     def sample(flat, x, noise):
         """An action from the policy, given uniform(0, 1) noise drawn for it beforehand."""
-        params = unravel(flat)
-        out = mlp(params["actor"], x)
+        out = network("actor", flat, x)
         if p.discrete:  # Gumbel-max: argmax(logits + Gumbel noise) is a categorical sample
             action = jnp.argmax(out - jnp.log(-jnp.log(noise)), axis=-1)
         else:
-            action = out + jnp.exp(params["log_std"]) * jax.scipy.special.ndtri(noise)
-        return action, log_prob_entropy(flat, x, action)[0]
+            action = out + jnp.exp(unravel(flat)["log_std"]) * jax.scipy.special.ndtri(noise)
+        return action, log_prob_entropy(flat, out, action)[0]
 
-    # ---- running statistics (mean, var, count), as RunningMeanStd, over the rows where mask is set
+    # ---- running statistics (mean, var, count) over the rows where mask is set, as RunningMeanStd.
+    # Updated once per rollout, and the count kept as a float32 pair (hi + lo, the part of each sum
+    # that rounding dropped), so that past 1e8 samples the increments still count.
     def rms_init(shape):
-        return (np.zeros(shape, np.float32), np.ones(shape, np.float32), np.float32(1e-4))
+        return (np.zeros(shape, np.float32), np.ones(shape, np.float32), np.float32(1e-4), np.float32(0.0))
 
-    def rms_update(rms, x, mask):
-        mean, var, count = rms
-        w = mask.astype(jnp.float32).reshape((-1,) + (1,) * (x.ndim - 1))
-        n = w.sum()
-        batch_mean = (w * x).sum(0) / jnp.maximum(n, 1.0)
-        batch_var = (w * (x - batch_mean) ** 2).sum(0) / jnp.maximum(n, 1.0)
-        total = count + n
-        delta = batch_mean - mean
-        new_mean = mean + delta * n / total
-        new_var = (var * count + batch_var * n + delta**2 * count * n / total) / total
-        return (new_mean, new_var, total)
+    def rms_update(rms, x, w):
+        """The statistics updated with the rows of x (weights w: 1 counts a row, 0 skips it)."""
+        mean, var, count_hi, count_lo = rms
+        w = w.reshape((-1,) + (1,) * (x.ndim - 1))
+        d = x - mean  # moments about the running mean: accurate in float32, and all in one reduction
+        sums = jnp.stack(jnp.broadcast_arrays(w, w * d, w * d * d), -1).sum(0)
+        n = sums.reshape(-1, 3)[0, 0]
+        delta = sums[..., 1] / jnp.maximum(n, 1.0)  # the batch mean minus the running one
+        batch_var = jnp.maximum(sums[..., 2] / jnp.maximum(n, 1.0) - delta**2, 0.0)
+        share = n / (count_hi + count_lo + n)  # the batch's share of all samples so far
+        new_var = var * (1 - share) + batch_var * share + delta**2 * share * (1 - share)
+        hi = count_hi + n
+        rounded = hi - count_hi  # TwoSum: what of n the float32 sum kept
+        lo = count_lo + ((count_hi - (hi - rounded)) + (n - rounded))
+        return (mean + delta * share, new_var, hi, lo)
 
     def features(raw_obs, obs_rms):
         """Network input from a raw observation batch (the same transform the export bakes in)."""
@@ -477,90 +668,105 @@ def make_jax_training(spec, problem, agent):
     tx = optax.chain(optax.clip_by_global_norm(MAX_GRAD_NORM), optax.scale_by_adam(eps=1e-5))
     obs_shape, env_shape = jax.eval_shape(jax.vmap(backend.reset), jax.ShapeDtypeStruct((N, 2), jnp.uint32))
     zeros = lambda tree: jax.tree_util.tree_map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), tree)
-    state = {
-        "params": flat_params, "opt": tx.init(flat_params), "key": np.array([0, SEED], np.uint32),
-        "raw_obs": zeros(obs_shape), "env": zeros(env_shape), "elapsed": np.zeros(N, np.int32),
-        "needs_reset": np.ones(N, bool),  # the previous step ended the episode: this one resets
-        "obs_rms": rms_init((p.obs_dim,)), "ret_rms": rms_init(()), "discounted_return": np.zeros(N, np.float32),
-        "episode_return": np.zeros(N, np.float32),
-    }
+    check_stride = max(1, T // 16)  # raw observations kept from each rollout for export_check
+    envs = {"env": zeros(env_shape), "raw_obs": zeros(obs_shape), "elapsed": np.zeros(N, np.int32),
+            "needs_reset": np.ones(N, bool),  # the previous step ended the episode: this one resets
+            "episode_return": np.zeros(N, np.float32), "discounted_return": np.zeros(N, np.float32)}
+    state = {"params": flat_params, "opt": zeros(jax.eval_shape(tx.init, flat_params)), "key": np.array([0, SEED], np.uint32), "envs": envs,
+             "obs_rms": rms_init((p.obs_dim,)), "ret_rms": rms_init(()),
+             "check_obs": np.zeros((len(range(0, T, check_stride)) * N,) + obs_shape.shape[1:], obs_shape.dtype)}
 
-    def rollout_step(s, noise_and_key):
-        noise, env_key = noise_and_key
-        x = features(s["raw_obs"], s["obs_rms"])
-        action, logp = sample(s["params"], x, noise)
-        raw_obs, env_state, reward, terminated, _, elapsed, done = env_step(
-            env_key, s["env"], s["elapsed"], s["needs_reset"], to_env(action))
-        valid = ~s["needs_reset"]  # a reset step's action is ignored and its reward is 0
-        episode_return = s["episode_return"] + reward
-        finished = (jnp.where(done, episode_return, 0.0).sum(), done.sum())
-        ret_rms, discounted_return = s["ret_rms"], s["discounted_return"]
-        if NORM_REWARD:
-            discounted_return = discounted_return * GAMMA * valid + reward
-            ret_rms = rms_update(ret_rms, discounted_return, valid)
-            reward = jnp.clip(reward / jnp.sqrt(ret_rms[1] + 1e-8), -REWARD_CLIP, REWARD_CLIP)
-        obs_rms = s["obs_rms"]
-        if p.normalise_obs:
-            obs_rms = rms_update(obs_rms, raw_obs.reshape(N, -1).astype(jnp.float32), jnp.ones(N, bool))
-        s = dict(s, env=env_state, raw_obs=raw_obs, elapsed=elapsed, needs_reset=done, obs_rms=obs_rms,
-                 ret_rms=ret_rms, discounted_return=discounted_return,
-                 episode_return=jnp.where(done, 0.0, episode_return))
-        transition = {"x": x, "action": action, "logp": logp, "reward": reward,
-                      "terminated": terminated.astype(jnp.float32), "done": done.astype(jnp.float32),
-                      "valid": valid}
-        return s, (transition, finished)
-
-    def loss_fn(flat, mb, ent_coef):
-        w = mb["valid"].astype(jnp.float32)  # reset steps carry no learning signal
-        n = jnp.maximum(w.sum(), 1.0)
-        mean = lambda v: (w * v).sum() / n
-        new_logp, entropy = log_prob_entropy(flat, mb["x"], mb["action"])
-        log_ratio = new_logp - mb["logp"]
-        ratio = jnp.exp(log_ratio)
-        adv = mb["advantage"]
-        adv_mean = mean(adv)
-        adv_std = jnp.sqrt((w * (adv - adv_mean) ** 2).sum() / jnp.maximum(n - 1.0, 1.0))
-        adv = (adv - adv_mean) / (adv_std + 1e-8)
-        pg_loss = mean(jnp.maximum(-adv * ratio, -adv * jnp.clip(ratio, 1 - CLIP_COEF, 1 + CLIP_COEF)))
-        new_value = value(flat, mb["x"])
-        if CLIP_VLOSS:
-            clipped = mb["value"] + jnp.clip(new_value - mb["value"], -CLIP_COEF, CLIP_COEF)
-            v_loss = 0.5 * mean(jnp.maximum((new_value - mb["return"]) ** 2, (clipped - mb["return"]) ** 2))
-        else:
-            v_loss = 0.5 * mean((new_value - mb["return"]) ** 2)
-        loss = pg_loss - ent_coef * mean(entropy) + VF_COEF * v_loss
-        return loss, mean((ratio - 1) - log_ratio)
+    def random_bits(key, count):
+        """`count` random uint32 from a counter-based hash of (key, index): one cheap elementwise op
+        where a jax.random call site would compile a threefry loop."""
+        index = jnp.arange(count, dtype=jnp.uint32)
+        return mix32(key[0] ^ mix32(index * jnp.uint32(0x9E3779B1) + key[1]))
 
     def update(s, lr, ent_coef):
-        # The iteration's random numbers in one draw (each jax.random call site costs compile time):
-        # uniform noise in (0, 1) for the actions (23 bits + 1/2: exact in float32, never 0 or 1) and
-        # sort keys for the minibatch permutations
+        params, obs_rms = s["params"], s["obs_rms"]
+        # The iteration's random numbers in one draw: uniform noise in (0, 1) for the actions (23 bits
+        # + 1/2: exact in float32, never 0 or 1) and sort keys for the minibatch permutations
         key, env_key, next_key = derive_keys(s["key"], 3)
-        bits = jax.random.bits(key, (T * N * p.act_dim + E * T * N,))
+        bits = random_bits(key, T * N * p.act_dim + E * T * N)
         noise = ((bits[: T * N * p.act_dim] >> 9).astype(jnp.float32) + 0.5).reshape(T, N, p.act_dim) / 2.0**23
         orders = jnp.argsort(bits[T * N * p.act_dim:].reshape(E, T * N), axis=-1)[:, : M * minibatch]
 
-        s, (traj, finished) = jax.lax.scan(rollout_step, s, (noise, derive_keys(env_key, T)))
+        def rollout_step(e, noise_and_key):  # the weights and statistics are fixed during a rollout
+            noise, env_key = noise_and_key
+            action, logp = sample(params, features(e["raw_obs"], obs_rms), noise)
+            raw_obs, env_state, reward, terminated, _, elapsed, done = env_step(
+                env_key, e["env"], e["elapsed"], e["needs_reset"], to_env(action))
+            valid = ~e["needs_reset"]  # a reset step's action is ignored and its reward is 0
+            episode_return = e["episode_return"] + reward
+            discounted_return = e["discounted_return"] * GAMMA * valid + reward
+            e = {"env": env_state, "raw_obs": raw_obs, "elapsed": elapsed, "needs_reset": done,
+                 "episode_return": jnp.where(done, 0.0, episode_return), "discounted_return": discounted_return}
+            # the step's scalars in one array (see SCALARS): each output of a scan costs a kernel
+            scalars = jnp.stack([logp, reward, valid, terminated, done, jnp.where(done, episode_return, 0.0),
+                                 discounted_return], -1).astype(jnp.float32)
+            return e, (raw_obs, action, scalars)
+
+        envs, (next_raw_obs, actions, scalars) = jax.lax.scan(rollout_step, s["envs"], (noise, derive_keys(env_key, T)))
+        column = lambda name: scalars[..., SCALARS.index(name)]  # (T, N), sliced where it is used
+        seen = jnp.concatenate([s["envs"]["raw_obs"][None], next_raw_obs])  # T + 1 observations per env
+        x = features(seen.reshape(((T + 1) * N,) + seen.shape[2:]), obs_rms)  # as the rollout computed them
+
+        # statistics over the rollout: the observations it met and the discounted returns
+        ret_rms, reward_scale = s["ret_rms"], 1.0
+        if NORM_REWARD:
+            ret_rms = rms_update(ret_rms, column("discounted_return").reshape(-1), column("valid").reshape(-1))
+            reward_scale = 1.0 / jnp.sqrt(ret_rms[1] + 1e-8)
+        new_obs_rms = obs_rms
+        if p.normalise_obs:
+            new_obs_rms = rms_update(obs_rms, next_raw_obs.reshape(T * N, -1).astype(jnp.float32), jnp.ones(T * N))
 
         # GAE; truncated episodes bootstrap from their final observation (the NEXT_STEP reset step
         # after it holds that observation, and is itself masked out of the loss)
-        values = value(s["params"], traj["x"])
-        last_value = value(s["params"], features(s["raw_obs"], s["obs_rms"]))
-        next_values = jnp.concatenate([values[1:], last_value[None]])
+        values = value(params, x).reshape(T + 1, N)
 
         def gae_step(last, t):
-            delta = t["reward"] + GAMMA * t["next_value"] * (1.0 - t["terminated"]) - t["value"]
-            last = delta + GAMMA * GAE_LAMBDA * (1.0 - t["done"]) * last
+            step, value, next_value = t
+            reward = step[:, SCALARS.index("reward")]
+            if NORM_REWARD:
+                reward = jnp.clip(reward * reward_scale, -REWARD_CLIP, REWARD_CLIP)
+            terminated, done = step[:, SCALARS.index("terminated")], step[:, SCALARS.index("done")]
+            delta = reward + GAMMA * next_value * (1.0 - terminated) - value
+            last = delta + GAMMA * GAE_LAMBDA * (1.0 - done) * last
             return last, last
 
-        _, advantages = jax.lax.scan(gae_step, jnp.zeros(N), dict(traj, value=values, next_value=next_values),
-                                     reverse=True)
-        batch = dict(traj, advantage=advantages, value=values, **{"return": advantages + values})
-        batch = jax.tree_util.tree_map(lambda v: v.reshape((T * N,) + v.shape[2:]), batch)
+        _, advantages = jax.lax.scan(gae_step, jnp.zeros(N), (scalars, values[:-1], values[1:]), reverse=True)
+        # the minibatches of all epochs, gathered at once from one matrix (a row per step and env)
+        columns = [x[: T * N], actions.reshape(T * N, -1).astype(jnp.float32)] + [
+            v.reshape(T * N, 1) for v in (column("logp"), column("valid"), advantages, values[:-1],
+                                          advantages + values[:-1])]
+        rows = jnp.concatenate(columns, -1)[orders.reshape(-1)].reshape(E * M, minibatch, -1)
+        A = 1 if p.discrete else p.act_dim
 
-        def minibatch_step(carry, mb):
+        def loss_fn(flat, mb):
+            x, action = mb[:, : p.obs_dim], mb[:, p.obs_dim: p.obs_dim + A]
+            old_logp, w, adv, old_value, target = (mb[:, p.obs_dim + A + i] for i in range(5))
+            action = action[:, 0].astype(jnp.int32) if p.discrete else action
+            n = jnp.maximum(w.sum(), 1.0)  # reset steps (w = 0) carry no learning signal
+            mean = lambda v: (w * v).sum() / n
+            new_logp, entropy = log_prob_entropy(flat, network("actor", flat, x), action)
+            log_ratio = new_logp - old_logp
+            ratio = jnp.exp(log_ratio)
+            adv_mean = mean(adv)
+            adv_std = jnp.sqrt((w * (adv - adv_mean) ** 2).sum() / jnp.maximum(n - 1.0, 1.0))
+            adv = (adv - adv_mean) / (adv_std + 1e-8)
+            pg_loss = mean(jnp.maximum(-adv * ratio, -adv * jnp.clip(ratio, 1 - CLIP_COEF, 1 + CLIP_COEF)))
+            new_value = value(flat, x)
+            if CLIP_VLOSS:
+                clipped = old_value + jnp.clip(new_value - old_value, -CLIP_COEF, CLIP_COEF)
+                v_loss = 0.5 * mean(jnp.maximum((new_value - target) ** 2, (clipped - target) ** 2))
+            else:
+                v_loss = 0.5 * mean((new_value - target) ** 2)
+            loss = pg_loss - ent_coef * mean(entropy) + VF_COEF * v_loss
+            return loss, mean((ratio - 1) - log_ratio)
+
+        def minibatch_step(carry, mb):  # the E epochs' minibatches in one scan
             flat, opt, stopped = carry
-            (_, approx_kl), grads = jax.value_and_grad(loss_fn, has_aux=True)(flat, mb, ent_coef)
+            (_, approx_kl), grads = jax.value_and_grad(loss_fn, has_aux=True)(flat, mb)
             step, new_opt = tx.update(grads, opt, flat)
             new_flat = flat - lr * step
             if TARGET_KL:  # past the target KL, the rest of the iteration's steps are skipped
@@ -569,85 +775,140 @@ def make_jax_training(spec, problem, agent):
                 stopped = stopped | (approx_kl > TARGET_KL)
             return (new_flat, new_opt, stopped), approx_kl
 
-        def epoch(carry, order):
-            mbs = jax.tree_util.tree_map(lambda v: v[order].reshape((M, minibatch) + v.shape[1:]), batch)
-            return jax.lax.scan(minibatch_step, carry, mbs)
-
-        (flat, opt, _), kls = jax.lax.scan(epoch, (s["params"], s["opt"], jnp.bool_(False)), orders)
-        s = dict(s, params=flat, opt=opt, key=next_key)
-        metrics = {"env_steps": traj["valid"].sum(), "return_sum": finished[0].sum(),
-                   "episodes": finished[1].sum(), "kl": kls[-1, -1]}
+        (flat, opt, _), kls = jax.lax.scan(minibatch_step, (params, s["opt"], jnp.bool_(False)), rows)
+        check_obs = next_raw_obs[::check_stride].reshape(s["check_obs"].shape)
+        s = {"params": flat, "opt": opt, "key": next_key, "envs": envs, "obs_rms": new_obs_rms, "ret_rms": ret_rms,
+             "check_obs": check_obs}
+        totals = scalars.sum((0, 1))  # one reduction for the three figures
+        metrics = {"env_steps": totals[SCALARS.index("valid")], "return_sum": totals[SCALARS.index("finished_return")],
+                   "episodes": totals[SCALARS.index("done")], "kl": kls[-1]}
         return s, metrics
 
+    def outputs(s, raw_obs):
+        return network("actor", s["params"], features(raw_obs, s["obs_rms"]))
+
     def act(s, raw_obs):
-        out = mlp(unravel(s["params"])["actor"], features(raw_obs, s["obs_rms"]))
+        out = outputs(s, raw_obs)
         return jnp.argmax(out, -1) if p.discrete else out
 
     def to_torch(s, agent):
-        params = jax.device_get(unravel(s["params"]))
+        """The trained weights into the torch Agent (the export); returns the obs normalisation."""
+        trained = unravel(np.asarray(jax.device_get(s["params"])))  # sliced in numpy: no op to compile
         with torch.no_grad():
-            for sequential, layers in ((agent.actor, params["actor"]), (agent.critic, params["critic"])):
-                for module, (w, b) in zip([m for m in sequential if isinstance(m, nn.Linear)], layers):
-                    module.weight.copy_(torch.from_numpy(np.array(w).T))
-                    module.bias.copy_(torch.from_numpy(np.array(b)))
-            if not p.discrete:
-                agent.actor_logstd.copy_(torch.from_numpy(np.array(params["log_std"])).reshape(1, -1))
+            for name, net in layers.items():
+                for (sources, _), values in zip(net, trained[name]):
+                    for key, (param, transposed) in sources.items():
+                        array = np.array(values[key])  # a writable copy
+                        param.copy_(torch.from_numpy(array.T if transposed else array).reshape(param.shape))
+            if log_std is not None:
+                log_std.copy_(torch.from_numpy(np.array(trained["log_std"])).reshape(log_std.shape))
         if not p.normalise_obs:
-            return np.zeros(p.obs_dim), np.ones(p.obs_dim) - 1e-8
-        mean, var, _ = jax.device_get(s["obs_rms"])
+            return None
+        mean, var = jax.device_get(s["obs_rms"][:2])
         return np.asarray(mean, np.float64), np.asarray(var, np.float64)
 
-    return SimpleNamespace(state=state, update=update, env_step=env_step, act=act, to_torch=to_torch,
-                           num_envs=N, num_steps=T)
+    # A prior for the first update's time, before one was timed: its floating-point work (2 flops per
+    # weight and sample forward, 6 forward and backward) at 1 GFLOP/s, plus 2 us per env step: slower
+    # than any CPU core this runs on, so the first update is never launched without its margin.
+    flops = 2 * T * N * (num_weights["actor"] + num_weights["critic"]) + 6 * E * T * N * sum(num_weights.values())
+    return SimpleNamespace(state=state, update=update, env_step=env_step, outputs=outputs, act=act,
+                           to_torch=to_torch, num_envs=N, num_steps=T, first_update_seconds=flops / 1e9 + T * N * 2e-6)
+
+
+def check_agent_glue(agent, problem):
+    """The jax-e2e path computes what `jax_layers` translated, joined as the shipped Agent joins them:
+    value(x) = critic(x)[..., 0], the policy Categorical(logits=actor(x)) or Normal(actor(x),
+    exp(actor_logstd)). Refuse (Untranslatable) an Agent whose `value` or `distribution` computes
+    something else, checked in torch on random inputs before anything is compiled."""
+    x = 2.0 * torch.randn(16, problem.obs_dim, generator=torch.Generator().manual_seed(0))
+    x = x.to(next(agent.parameters()).device)
+    kind = torch.distributions.Categorical if problem.discrete else torch.distributions.Normal
+    with torch.no_grad():
+        try:
+            dist, out = agent.distribution(x), agent.actor(x)
+            pairs = [("agent.value", agent.value(x), agent.critic(x)[..., 0])]
+            if type(dist) is kind and problem.discrete:
+                pairs.append(("agent.distribution", dist.logits, torch.log_softmax(out, -1)))
+            elif type(dist) is kind:
+                pairs += [("agent.distribution's mean", dist.mean, out),
+                          ("agent.distribution's std", dist.stddev, agent.actor_logstd.exp().expand_as(out))]
+        except Exception as exc:  # an Agent shaped differently (no actor_logstd, ...)
+            raise Untranslatable(f"the jax-e2e path cannot evaluate this Agent as the shipped one: "
+                                 f"{type(exc).__name__}: {exc} (BACKEND = \"reference\" trains any Agent)") from None
+    if type(dist) is not kind:
+        raise Untranslatable(f"agent.distribution returns a {type(dist).__name__}; the jax-e2e path trains a "
+                             f"{kind.__name__} policy (BACKEND = \"reference\" trains any Agent)")
+    for what, got, expected in pairs:
+        if got.shape != expected.shape or not torch.allclose(got, expected, rtol=1e-5, atol=1e-6):
+            raise Untranslatable(f"{what} is not computed as the jax-e2e path computes it (value = critic(x)[..., 0], "
+                                 f"policy from actor(x) and actor_logstd) (BACKEND = \"reference\" trains any Agent)")
+
+
+def configure_compilation_cache(jax):
+    """With $AUTORL_JAX_CACHE_DIR set, compiled programs are written there and read back by the next
+    run of the same code (the runner gives each commit its own folder): every program, however small
+    or quick to compile (the defaults skip those under 1 s of compiling)."""
+    if JAX_CACHE_DIR:
+        jax.config.update("jax_compilation_cache_dir", JAX_CACHE_DIR)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
 
 
 def train_jax(spec, problem, agent):
-    """Compiles `update` once (the budget counts it), then calls it until the next call would
-    overrun the budget; the host only times the calls. Returns figures, obs statistics and the
-    final state and training (for checking the export against the policy in JAX)."""
+    """Compiles `update` once (the budget counts it), then calls it while the next call fits in the
+    budget; the host only times the calls. Returns figures, the obs normalisation and what
+    export_check compares the artifact with."""
     import jax
-    import jax.numpy as jnp
 
+    configure_compilation_cache(jax)
     device = jax.devices()[0]
     print(f"jax-e2e path: jax on {device.platform} ({device})", flush=True)
-    start = time.time()  # the budget counts building and compiling from here
-    deadline = start + TIME_BUDGET
+    deadline = START + TIME_BUDGET
+    compile_start = time.time()
     training = make_jax_training(spec, problem, agent)
     state = training.state
-    lr_at = lambda progress: jnp.float32(JAX_LEARNING_RATE * (max(1.0 - progress, 0.02) if ANNEAL_LR else 1.0))
-    ent_at = lambda progress: jnp.float32(ENT_COEF * (1.0 - progress))
-    update = jax.jit(training.update, donate_argnums=0).lower(state, lr_at(0.0), ent_at(0.0)).compile()
-    train_start = time.time()
-    compile_seconds = train_start - start
-    print(f"compiled the update in {compile_seconds:.1f}s", flush=True)
+    # numpy scalars: a jnp one would be an op compiled on its own
+    lr_at = lambda progress: np.float32(JAX_LEARNING_RATE * (max(1.0 - progress, 0.02) if ANNEAL_LR else 1.0))
+    ent_at = lambda progress: np.float32(ENT_COEF * (1.0 - progress))
+    # LLVM at -O1: a fifth less compiling than the default, and these kernels run as fast (measured)
+    update = jax.jit(training.update, donate_argnums=0).lower(state, lr_at(0.0), ent_at(0.0)).compile(
+        {"xla_backend_optimization_level": 1})
+    start = time.time()
+    compile_seconds = start - compile_start
+    print(f"compiled the update in {compile_seconds:.1f}s ({time.time() - START:.1f}s since the process started)",
+          flush=True)
 
-    env_steps, updates, update_seconds, last_print = 0, 0, 0.0, 0.0
+    env_steps, updates, update_seconds, last_print = 0, 0, training.first_update_seconds, 0.0
     episode_log = []  # (sum of returns, episodes) per update
     while True:
         now = time.time()
-        if now >= deadline or now + update_seconds > deadline:
+        if now + update_seconds > deadline:
             break
-        progress = min(1.0, (now - train_start) / max(deadline - train_start, 1e-9))  # over the time left
+        progress = min(1.0, (now - start) / max(deadline - start, 1e-9))  # over the time left
         state, metrics = update(state, lr_at(progress), ent_at(progress))
         metrics = jax.device_get(metrics)  # waits for the update: the timing is real
-        update_seconds = max(time.time() - now, 0.9 * update_seconds)  # a slow call raises the estimate
+        took = time.time() - now
+        # the first timing replaces the prior; then a slow call raises the estimate at once, a fast
+        # one lowers it slowly
+        update_seconds = took if updates == 0 else max(took, 0.9 * update_seconds)
         env_steps += int(metrics["env_steps"])
         updates += 1
         episode_log.append((float(metrics["return_sum"]), int(metrics["episodes"])))
-        elapsed = time.time() - start
-        if elapsed - last_print >= 1.0:
-            last_print = elapsed
-            print(f"update {updates} steps {env_steps} sps {env_steps / elapsed:.0f} "
+        if time.time() - last_print >= 1.0:
+            last_print = time.time()
+            print(f"update {updates} steps {env_steps} sps {env_steps / (last_print - start):.0f} "
                   f"return(last 20 episodes) {recent_mean(episode_log):.2f} kl {float(metrics['kl']):.4f} "
-                  f"time {elapsed:.1f}s", flush=True)
-    training_seconds = time.time() - start
+                  f"time {last_print - START:.1f}s", flush=True)
+    end = time.time()
 
-    obs_mean, obs_var = training.to_torch(state, agent)  # the export is the host path's
+    obs_normalisation = training.to_torch(state, agent)  # the export is the host path's
+    outputs = jax.jit(training.outputs)
     return {
-        "figures": {"device": device.platform, "env_steps": env_steps, "training_seconds": training_seconds,
-                    "compile_seconds": compile_seconds, "updates": updates,
+        "figures": {"device": device.platform, "env_steps": env_steps, "training_seconds": end - start,
+                    "wall_seconds": end - START, "compile_seconds": compile_seconds, "updates": updates,
                     "episode_return": recent_mean(episode_log), "episodes": sum(n for _, n in episode_log)},
-        "obs_mean": obs_mean, "obs_var": obs_var, "state": state, "training": training,
+        "obs_normalisation": obs_normalisation, "check_observations": np.asarray(state["check_obs"]),
+        "policy_outputs": lambda raw: np.asarray(outputs(state, raw)), "state": state, "training": training,
     }
 
 
@@ -661,11 +922,11 @@ def recent_mean(episode_log, episodes=20):
     return total / count if count else float("nan")
 
 
-# ---------------------------------------------------------------- export and summary
-def export(problem, agent, obs_mean, obs_var, path):
-    """TorchScript: normalisation baked in, deterministic actions."""
+# ---------------------------------------------------------------- export, its check, and the summary
+def export(problem, agent, obs_normalisation, path):
+    """TorchScript: the training's preprocessing baked in, deterministic actions."""
     p = problem
-    policy = ExportedPolicy(agent.actor, obs_mean, obs_var, OBS_CLIP, p.num_obs_categories, p.discrete)
+    policy = ExportedPolicy(agent.actor, obs_normalisation, p.num_obs_categories, p.discrete)
     policy.eval()
     path.parent.mkdir(parents=True, exist_ok=True)
     with warnings.catch_warnings():  # TorchScript is deprecated upstream but is the artifact format
@@ -673,7 +934,40 @@ def export(problem, agent, obs_mean, obs_var, path):
         # Traced, not scripted: tracing needs no source file, so the export cannot break if
         # train.py changes on disk while it runs.
         example = torch.as_tensor(np.stack([p.obs_space.sample() for _ in range(2)]), dtype=torch.float32)
-        torch.jit.save(torch.jit.trace(policy, example), str(path))
+        # check_trace=False: torch's own check imports torch.distributed (a second); check_export is stronger
+        torch.jit.save(torch.jit.trace(policy, example, check_trace=False), str(path))
+
+
+def check_export(path, problem, observations, policy_outputs):
+    """(ok, line): the artifact, reloaded as the harness loads it, against the trained policy on
+    observations from training. Box actions: max |difference| within EXPORT_TOLERANCE (+1e-5 x
+    |action|); Discrete: the same action, up to ties (the action exported scores within TIE_TOLERANCE
+    of the policy's best logit; the |diff| printed is that logit gap)."""
+    count = len(observations)
+    try:
+        exported = evaluate.load_policy(path)(np.array(observations, np.float32))  # the harness feeds float32
+    except evaluate.HarnessError as exc:
+        return False, f"export_check: FAILED ({exc})"
+    expected = np.asarray(policy_outputs(observations), np.float64)
+    if problem.discrete:
+        exported = np.asarray(exported)
+        if exported.shape != (count,) or not np.all(np.isin(exported, np.arange(problem.act_dim))):
+            return False, f"export_check: FAILED (the export returns {exported.shape} {exported.dtype} actions, " \
+                          f"expected ({count},) indices below {problem.act_dim})"
+        diff = expected.max(-1) - np.take_along_axis(expected, exported.astype(np.int64)[:, None], -1)[:, 0]
+        wrong = ~(diff <= TIE_TOLERANCE)
+    else:
+        if exported.shape != expected.shape:
+            return False, f"export_check: FAILED (the export returns actions of shape {exported.shape}, " \
+                          f"the trained policy {expected.shape})"
+        diff = np.abs(exported - expected).reshape(count, -1)
+        wrong = ~(diff <= EXPORT_TOLERANCE + 1e-5 * np.abs(expected).reshape(count, -1)).all(-1)
+        diff = diff.max(-1)
+    worst = float(np.nanmax(diff)) if np.isfinite(diff).any() else float("nan")
+    if wrong.any():
+        return False, (f"export_check: FAILED (max |diff| {worst:.3g} over {count} observations, {int(wrong.sum())} "
+                       f"beyond tolerance): policy.pt does not act as the trained policy")
+    return True, f"export_check: ok (max |diff| {worst:.2g} over {count} observations)"
 
 
 def main():
@@ -685,24 +979,37 @@ def main():
     path = "jax-e2e" if is_jax_functional(spec) else "host"
     print(f"backend {spec} ({why}) -> path {path}", flush=True)
     agent = Agent(problem.obs_dim, problem.act_dim, problem.discrete)
-    trained = (train_jax if path == "jax-e2e" else train_host)(spec, problem, agent)
-    export(problem, agent, trained["obs_mean"], trained["obs_var"], OUTPUT_DIR / "policy.pt")
+    try:
+        trained = (train_jax if path == "jax-e2e" else train_host)(spec, problem, agent)
+    except Untranslatable as exc:
+        print(f"refused: {exc}", flush=True)
+        return 1
+    policy_path = OUTPUT_DIR / "policy.pt"
+    export(problem, agent, trained["obs_normalisation"], policy_path)
+    ok, check_line = check_export(policy_path, problem, trained["check_observations"], trained["policy_outputs"])
 
     figures = trained["figures"]
     print("---")
     print(f"env_id: {ENV_ID}")
     print(f"backend: {spec}")
+    print(f"backend_reason: {why}")
     print(f"path: {path}")
     print(f"device: {figures['device']}")
     print(f"env_steps: {figures['env_steps']}")
-    print(f"sps: {figures['env_steps'] / figures['training_seconds']:.0f}")
+    print(f"sps: {figures['env_steps'] / max(figures['training_seconds'], 1e-9):.0f}")
     print(f"training_seconds: {figures['training_seconds']:.1f}")
+    print(f"wall_seconds: {figures['wall_seconds']:.1f}")
     if "compile_seconds" in figures:
-        print(f"compile_seconds: {figures['compile_seconds']:.1f}")
+        print(f"compile_seconds: {figures['compile_seconds']:.2f}")
     print(f"updates: {figures['updates']}")
     print(f"episode_return: {figures['episode_return']:.2f}")
     print(f"episodes: {figures['episodes']}")
+    print(check_line, flush=True)  # the last line: on FAILED, what the daemon records as the crash's reason
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    main()
+    status = main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)  # skips the interpreter's teardown of torch and jax (1-2 s); everything is written

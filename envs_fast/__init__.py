@@ -94,13 +94,15 @@ def _fastest(env_id: str, num_envs: int, translations: list[Path]) -> str:
     candidates += [str(path) for path in translations if path.is_file() and verdict(str(path))]
     if gymnax_supports(env_id) and verdict("gymnax"):
         candidates.append("gymnax")
-    if _envpool_supports(env_id) and verdict("envpool") is not False:
+    throughput = {spec: cache.cached_throughput(spec, env_id, num_envs) or 0.0 for spec in candidates + ["envpool"]}
+    # envpool, last in the order, wins only alone or faster than all the others: only then is it worth
+    # asking whether it has the env (importing envpool takes seconds of a training run's budget)
+    if (verdict("envpool") is not False and all(throughput["envpool"] > throughput[spec] for spec in candidates)
+            and _envpool_supports(env_id)):
         candidates.append("envpool")
     if not candidates:
         return "reference"
-    ranked = [(-(cache.cached_throughput(spec, env_id, num_envs) or 0.0), order, spec)
-              for order, spec in enumerate(candidates)]
-    return min(ranked)[2]
+    return min((-throughput[spec], order, spec) for order, spec in enumerate(candidates))[2]
 
 
 def _envpool_supports(env_id: str) -> bool:

@@ -65,12 +65,15 @@ def test_deterministic_given_seed_and_independent_of_worker_count(tmp_path):
     assert a["returns"][1:] == c["returns"][:-1]  # episode i is seeded seed + i
 
 
-def test_box_actions_are_clipped_to_the_bounds(tmp_path):
-    huge = hp.save(hp.ConstantAction([100.0]), tmp_path / "huge.pt")
-    bound = hp.save(hp.ConstantAction([2.0]), tmp_path / "bound.pt")
-    a = evaluate.evaluate_policy(huge, "Pendulum-v1", episodes=3, seeds=0, workers=1)
-    b = evaluate.evaluate_policy(bound, "Pendulum-v1", episodes=3, seeds=0, workers=1)
-    assert a["returns"] == b["returns"]
+@pytest.mark.parametrize("action, step_reward", [(100.0, 1.0), (-7.5, -1.0), (0.5, 0.5)])
+def test_box_actions_are_clipped_to_the_bounds(tmp_path, action, step_reward):
+    # An env that refuses out-of-bounds actions and pays the action as reward (Pendulum clips its
+    # torque itself, so it could not tell): the harness clips to [-1, 1], and only out-of-bounds actions.
+    from tests.action_echo_env import EPISODE_STEPS
+
+    policy = hp.save(hp.ConstantAction([action]), tmp_path / "constant.pt")
+    result = evaluate.evaluate_policy(policy, "tests.action_echo_env:ActionEchoEnv", episodes=3, seeds=0, workers=1)
+    assert result["returns"] == [step_reward * EPISODE_STEPS] * 3
 
 
 def test_discrete_observation_env(tmp_path):
