@@ -819,11 +819,17 @@ def check_agent_glue(agent, problem):
     """The jax-e2e path computes what `jax_layers` translated, joined as the shipped Agent joins them:
     value(x) = critic(x)[..., 0], the policy Categorical(logits=actor(x)) or Normal(actor(x),
     exp(actor_logstd)). Refuse (Untranslatable) an Agent whose `value` or `distribution` computes
-    something else, checked in torch on random inputs before anything is compiled."""
+    something else, checked in torch on random inputs before anything is compiled (on a copy with
+    weights of unit scale: the initial outputs are too close to zero to tell, e.g., tanh(out) from out)."""
+    import copy
+
     x = 2.0 * torch.randn(16, problem.obs_dim, generator=torch.Generator().manual_seed(0))
-    x = x.to(next(agent.parameters()).device)
+    agent = copy.deepcopy(agent)
     kind = torch.distributions.Categorical if problem.discrete else torch.distributions.Normal
     with torch.no_grad():
+        for param in agent.parameters():
+            param.copy_(torch.randn(param.shape, generator=torch.Generator().manual_seed(param.numel())))
+        x = x.to(next(agent.parameters()).device)
         try:
             dist, out = agent.distribution(x), agent.actor(x)
             pairs = [("agent.value", agent.value(x), agent.critic(x)[..., 0])]
