@@ -20,12 +20,23 @@ JAX_NUM_STEPS calls of the same `env_step` over JAX_NUM_ENVS envs (autoreset and
 random actions instead of the policy, from the training's own env states.
 
 --bipedal adds BipedalWalker-v3 on the host path only (no JAX translation ships), 720 s by default.
+
+    python bench/train_paths.py --against COMMIT [--envs Pendulum-v1] [--budgets 10] [--repeats 3]
+
+--against compares the host path instead: candidate/train.py as it is against COMMIT's, both in a
+checkout with this evaluate.py and envs_fast/ (so only train.py differs), on the host path (an empty
+verdict cache), runs interleaved so that both see the same machine load. Figures: each run's sps
+(env steps per second of its training loop: train.py's own `sps:`) and env steps, the median sps of
+each side over its runs that trained (the budget counts startup: on a loaded machine a run may not
+get to train) and their ratio.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,17 +67,22 @@ def verify(env_id: str, cache_dir: Path) -> None:
         raise SystemExit(f"verification of the {env_id} translation failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
 
 
-def train_and_score(env_id: str, budget: float, cache_dir: Path, out: Path, args) -> dict:
+def train_once(env_id: str, budget: float, cache_dir: Path, out: Path, seed: int, root: Path = REPO) -> dict:
+    """root/candidate/train.py run as the daemon runs it; its summary (the log goes to out/train.log)."""
     out.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, AUTORL_ENV_ID=env_id, AUTORL_TIME_BUDGET=str(budget), AUTORL_SEED=str(args.seed),
+    env = dict(os.environ, AUTORL_ENV_ID=env_id, AUTORL_TIME_BUDGET=str(budget), AUTORL_SEED=str(seed),
                AUTORL_OUTPUT_DIR=str(out), AUTORL_VERIFY_CACHE=str(cache_dir))
     with open(out / "train.log", "w") as log:
-        proc = subprocess.run([sys.executable, str(TRAIN)], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                              stderr=log, text=True)
+        proc = subprocess.run([sys.executable, str(root / "candidate" / "train.py")], cwd=root, env=env,
+                              stdout=subprocess.PIPE, stderr=log, text=True)
     (out / "train.log").open("a").write(proc.stdout)
     if proc.returncode != 0:
         raise SystemExit(f"train.py failed on {env_id}; see {out / 'train.log'}")
-    stats = summary(proc.stdout)
+    return summary(proc.stdout)
+
+
+def train_and_score(env_id: str, budget: float, cache_dir: Path, out: Path, args) -> dict:
+    stats = train_once(env_id, budget, cache_dir, out, args.seed)
     evaluation = subprocess.run(
         [sys.executable, "evaluate.py", "--policy", str(out / "policy.pt"), "--env", env_id,
          "--episodes", str(args.episodes), "--seed", str(args.eval_seed)], cwd=REPO, capture_output=True, text=True)
@@ -168,6 +184,46 @@ def table(rows: list[dict], episodes: int) -> str:
     return "\n".join(lines)
 
 
+def checkout_with_train_py_of(commit: str, root: Path) -> Path:
+    """A checkout at `root` with this evaluate.py and envs_fast/ and COMMIT's candidate/train.py."""
+    text = subprocess.run(["git", "show", f"{commit}:candidate/train.py"], cwd=REPO, capture_output=True, text=True)
+    if text.returncode != 0:
+        raise SystemExit(f"no candidate/train.py at {commit}: {text.stderr.strip()}")
+    (root / "candidate").mkdir(parents=True)
+    shutil.copy(REPO / "evaluate.py", root / "evaluate.py")
+    shutil.copytree(REPO / "envs_fast", root / "envs_fast", ignore=shutil.ignore_patterns("__pycache__"))
+    (root / "candidate" / "train.py").write_text(text.stdout)
+    return root
+
+
+def host_against(commit: str, envs: list[str], budgets: list[float], repeats: int, seed: int, work: Path) -> list[dict]:
+    """This train.py's host path against COMMIT's, interleaved (see the module docstring)."""
+    sides = {"this": REPO, commit: checkout_with_train_py_of(commit, work / "against")}
+    rows = []
+    for env_id in envs:
+        for budget in budgets:
+            runs = {side: [] for side in sides}
+            for repeat in range(repeats):
+                for side, root in sides.items():
+                    out = work / f"{env_id}-{budget:g}s-{side}-{repeat}"
+                    stats = train_once(env_id, budget, work / "cache-empty", out, seed, root=root)
+                    if stats.get("path", "host") != "host":
+                        raise SystemExit(f"{side}: {env_id} did not take the host path ({stats.get('path')})")
+                    runs[side].append({"sps": float(stats["sps"]), "env_steps": int(stats["env_steps"]),
+                                       "updates": int(stats["updates"])})
+                    print(f"{env_id} {budget:g} s, {side} run {repeat + 1}: {stats['sps']} sps, "
+                          f"{stats['env_steps']} env steps", flush=True)
+            # a run whose startup took the whole budget (a loaded machine) trained nothing: no figure
+            trained = {side: [r["sps"] for r in runs[side] if r["updates"] > 0] for side in sides}
+            if not all(trained.values()):
+                raise SystemExit(f"{env_id} {budget:g} s: a side never trained (startup took the budget); "
+                                 f"try a larger --budgets")
+            median = {side: statistics.median(trained[side]) for side in sides}
+            rows.append({"env_id": env_id, "budget": budget, "runs": runs, "median_sps": median,
+                         "ratio": median["this"] / median[commit]})
+    return rows
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--envs", default=",".join(DEFAULT_ENVS))
@@ -179,6 +235,9 @@ def main(argv=None) -> int:
                         help="also BipedalWalker-v3, host path only (default budget 720 s)")
     parser.add_argument("--out", help="keep artifacts and logs here (default: a temp dir)")
     parser.add_argument("--json", help="also write all figures here")
+    parser.add_argument("--against", metavar="COMMIT",
+                        help="compare the host path's sps with COMMIT's train.py instead (default envs: Pendulum-v1)")
+    parser.add_argument("--repeats", type=int, default=3, help="with --against: interleaved runs per side")
     parser.add_argument("--profile-env", help=argparse.SUPPRESS)  # internal: the env share, in a fresh process
     args = parser.parse_args(argv)
     if args.profile_env:
@@ -186,6 +245,18 @@ def main(argv=None) -> int:
         return 0
 
     work = Path(args.out or tempfile.mkdtemp(prefix="autorl-train-paths-"))
+    if args.against:
+        envs = args.envs.split(",") if args.envs != ",".join(DEFAULT_ENVS) else ["Pendulum-v1"]
+        rows = host_against(args.against, envs, [float(b) for b in args.budgets.split(",")], args.repeats,
+                            args.seed, work)
+        print(f"\n| env | budget | this train.py: median sps | {args.against}: median sps | ratio |\n|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['env_id']} | {r['budget']:g} s | {r['median_sps']['this']:,.0f} | "
+                  f"{r['median_sps'][args.against]:,.0f} | {r['ratio']:.2f}x |")
+        print(f"\n{args.repeats} interleaved runs per side, host path, seed {args.seed}; logs in {work}")
+        if args.json:
+            Path(args.json).write_text(json.dumps(rows, indent=2))
+        return 0
     unverified, verified = work / "cache-empty", work / "cache-verified"
     budgets = [float(b) for b in args.budgets.split(",")]
     rows = []

@@ -238,6 +238,36 @@ class RunningMeanStd:
         self.count = total
 
 
+class Adam:
+    """torch.optim.Adam (no weight decay, no amsgrad), its single-tensor arithmetic written out: the
+    first torch.optim optimizer built imports torch._dynamo, two seconds of the budget on a small CPU.
+    tests/test_train.py checks it steps exactly as torch.optim.Adam does."""
+
+    def __init__(self, params, lr, eps=1e-5, betas=(0.9, 0.999)):
+        self.params = list(params)
+        self.param_groups = [{"lr": lr}]
+        self.eps, self.betas, self.steps = eps, betas, 0
+        self.exp_avg = [torch.zeros_like(param) for param in self.params]
+        self.exp_avg_sq = [torch.zeros_like(param) for param in self.params]
+
+    def zero_grad(self):
+        for param in self.params:
+            param.grad = None
+
+    @torch.no_grad()
+    def step(self):
+        (beta1, beta2), lr = self.betas, self.param_groups[0]["lr"]
+        self.steps += 1
+        step_size = lr / (1 - beta1**self.steps)
+        bias_correction2_sqrt = (1 - beta2**self.steps) ** 0.5
+        for param, exp_avg, exp_avg_sq in zip(self.params, self.exp_avg, self.exp_avg_sq):
+            if param.grad is None:
+                continue
+            exp_avg.lerp_(param.grad, 1 - beta1)
+            exp_avg_sq.mul_(beta2).addcmul_(param.grad, param.grad, value=1 - beta2)
+            param.addcdiv_(exp_avg, (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(self.eps), value=-step_size)
+
+
 def torch_device():
     if DEVICE == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -250,7 +280,7 @@ def gradient_step_seconds(agent, problem, batch, device):
     import copy
 
     probe = copy.deepcopy(agent)
-    optimizer = torch.optim.Adam(probe.parameters(), lr=0.0)
+    optimizer = Adam(probe.parameters(), lr=0.0)
     x = torch.zeros(batch, problem.obs_dim, device=device)
     seconds = []
     for _ in range(2):  # the first call pays one-time costs; the second is the steady state
@@ -285,7 +315,7 @@ def train_host(spec, problem, agent):
             x = np.clip((x - obs_rms.mean) / np.sqrt(obs_rms.var + 1e-8), -OBS_CLIP, OBS_CLIP)
         return x.astype(np.float32)
 
-    optimizer = torch.optim.Adam(agent.parameters(), lr=LEARNING_RATE, eps=1e-5)
+    optimizer = Adam(agent.parameters(), lr=LEARNING_RATE, eps=1e-5)
     obs_rms = RunningMeanStd((p.obs_dim,))
     return_rms = RunningMeanStd(())
     discounted_return = np.zeros(NUM_ENVS)
@@ -332,7 +362,7 @@ def train_host(spec, problem, agent):
 
         # ---- rollout
         obs_buf[0] = features(raw_obs, obs_rms)
-        rollout_check_obs, abandoned = [], False
+        rollout_check_obs, rollout_steps, abandoned = [], 0, False
         for t in range(T):
             if iteration_seconds is None and t in (1, probe_steps):  # the first rollout: can it finish?
                 if t == 1:
@@ -356,7 +386,7 @@ def train_host(spec, problem, agent):
             act_buf[t], logp_buf[t] = act, logp.cpu().numpy()
             valid_buf[t] = ~prev_done
             term_buf[t], done_buf[t] = terminated, done
-            env_steps += int((~prev_done).sum())
+            rollout_steps += int((~prev_done).sum())
 
             episode_return += reward
             for i in np.nonzero(done)[0]:
@@ -371,11 +401,11 @@ def train_host(spec, problem, agent):
             if p.normalise_obs:
                 obs_rms.update(raw_obs.reshape(N, -1))
             obs_buf[t + 1] = features(raw_obs, obs_rms)
-        if abandoned:
+        if abandoned:  # its steps are not counted: nothing was trained on them
             print(f"stopping: the first rollout and update need ~{estimate:.1f}s, "
                   f"{deadline - iteration_start:.1f}s were left", flush=True)
             break
-        check_obs = rollout_check_obs
+        check_obs, env_steps = rollout_check_obs, env_steps + rollout_steps
 
         # ---- advantages (GAE); truncated episodes bootstrap from their final observation
         with torch.no_grad():

@@ -60,3 +60,23 @@ def test_broken_env_id_fails_clearly(tmp_path):
     proc, _ = train("NoSuchEnv-v9", 2, tmp_path)
     assert proc.returncode != 0
     assert "unknown env id 'NoSuchEnv-v9'" in proc.stderr
+
+
+def test_the_host_paths_adam_steps_exactly_as_torch_optim_adam(tmp_path):
+    import torch
+
+    train = load_train("Pendulum-v1", 1, tmp_path)
+    torch.manual_seed(0)
+    ours, theirs = (train.Agent(3, 1, discrete=False) for _ in range(2))
+    theirs.load_state_dict(ours.state_dict())
+    optimizers = [train.Adam(ours.parameters(), lr=3e-4, eps=1e-5),
+                  torch.optim.Adam(theirs.parameters(), lr=3e-4, eps=1e-5)]
+    x = torch.randn(64, 3)
+    for step in range(30):
+        for agent, optimizer in zip((ours, theirs), optimizers):
+            optimizer.param_groups[0]["lr"] = 3e-4 * (1 - step / 30)  # annealed as train.py anneals it
+            optimizer.zero_grad()
+            (agent.value(x).square().mean() + agent.distribution(x).log_prob(torch.ones(64, 1)).mean()).backward()
+            optimizer.step()
+    for mine, reference in zip(ours.parameters(), theirs.parameters()):
+        assert torch.equal(mine, reference)
