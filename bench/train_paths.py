@@ -143,7 +143,7 @@ def profile_in_this_process(env_id: str, warmup: int = 30, repeats: int = 30) ->
     for _ in range(warmup):  # past the first, short episodes: realistic env states and reset rates
         state, metrics = update(state, lr, ent)
     jax.block_until_ready(metrics)
-    env_args = (state["env"], state["elapsed"], state["needs_reset"])
+    env_args = (state["envs"]["env"], state["envs"]["elapsed"], state["envs"]["needs_reset"])
     jax.block_until_ready(env_alone(*env_args, derive_keys(jnp.zeros(2, jnp.uint32), T), jnp.uint32(0)))
     update_times, env_times = [], []
     for round_ in range(repeats):  # interleaved, so both see the same machine load
