@@ -179,3 +179,28 @@ def test_bench_reports_what_training_will_see(tmp_path, verified):
     assert host_result["train_path"] == "host" and host_result["e2e_sps"] is None
     # the host loop samples each step's actions from a torch policy: slower than the bare adapter
     assert host_result["train_sps"] == host_result["host_sps"] and 0 < host_result["host_sps"] < host_result["adapter_sps"]
+
+
+def test_running_statistics_keep_counting_past_a_billion_samples(tmp_path, verified):
+    """The JAX path's running statistics keep their sample count as a float32 pair: past ~1e8 samples a
+    single float32 rounds each rollout's increment (2016 steps, 1937, ...); the pair keeps it exact.
+    Here the return statistics, whose increments are the rollout's valid steps."""
+    import jax
+
+    train = load_train("CartPole-v1", 60, tmp_path)
+    problem = train.Problem("CartPole-v1")
+    training = train.make_jax_training(str(TRANSLATIONS["CartPole-v1"]), problem,
+                                       train.Agent(problem.obs_dim, problem.act_dim, problem.discrete))
+    state = dict(training.state, ret_rms=(*training.state["ret_rms"][:2], np.float32(1e9), np.float32(0.0)))
+    update = jax.jit(training.update)
+    increments = []
+    for _ in range(20):
+        state, metrics = update(state, np.float32(0.0), np.float32(0.0))
+        increments.append(int(metrics["env_steps"]))
+    _, var, count_hi, count_lo = jax.device_get(state["ret_rms"])
+    assert float(count_hi) + float(count_lo) == 1e9 + sum(increments)
+    single = np.float32(1e9)
+    for increment in increments:
+        single = np.float32(single + np.float32(increment))
+    assert float(single) != 1e9 + sum(increments)  # what one float32 would have counted
+    assert np.isfinite(var) and var > 0
