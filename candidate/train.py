@@ -213,10 +213,6 @@ def is_jax_functional(spec):
     return spec not in HOST_SPECS and not str(spec).endswith(".rs")
 
 
-def time_left():
-    return START + TIME_BUDGET - time.time()
-
-
 # ---------------------------------------------------------------- host path: torch loop over a VectorEnv
 class RunningMeanStd:
     """Running mean and variance over batches (parallel algorithm of Chan et al.)."""
@@ -634,9 +630,9 @@ def make_jax_training(spec, problem, agent):
             action = out + jnp.exp(unravel(flat)["log_std"]) * jax.scipy.special.ndtri(noise)
         return action, log_prob_entropy(flat, out, action)[0]
 
-    # ---- running statistics (mean, var, count) over the rows where mask is set, as RunningMeanStd.
-    # Updated once per rollout, and the count kept as a float32 pair (hi + lo, the part of each sum
-    # that rounding dropped), so that past 1e8 samples the increments still count.
+    # ---- running statistics (mean, var, count), as RunningMeanStd. Updated once per rollout, and the
+    # count kept as a float32 pair (hi + lo, the part of each sum that rounding dropped), so that past
+    # 1e8 samples the increments still count.
     def rms_init(shape):
         return (np.zeros(shape, np.float32), np.ones(shape, np.float32), np.float32(1e-4), np.float32(0.0))
 
