@@ -46,9 +46,8 @@ def bench_context(root: Path) -> str:
     from envs_fast.bench import train_constant
 
     constants = {name: train_constant(name, root) for name in TRAIN_CONSTANTS}
-    machine = f"{platform.node()}-{os.cpu_count()}cpu-{platform.machine()}"
-    digest = hashlib.sha256(json.dumps([machine, constants], sort_keys=True).encode()).hexdigest()[:16]
-    return f"{''.join(c if c.isalnum() or c in '-_.' else '_' for c in platform.node())[:40]}-{digest}"
+    machine = [platform.node(), os.cpu_count(), platform.machine(), platform.processor()]
+    return hashlib.sha256(json.dumps([machine, constants], sort_keys=True).encode()).hexdigest()[:16]
 
 
 def figures_name(record_name: str) -> str:

@@ -10,6 +10,7 @@ cache = Path(os.environ["AUTORL_JAX_CACHE_DIR"])
 print(f"jax_cache: {cache}")
 print(f"jax_cache_before: {','.join(sorted(p.name for p in cache.iterdir()))}")
 (cache / f"seed{os.environ['AUTORL_SEED']}").write_text("a compiled executable")
+print(f"user_cache_seen: {os.environ.get('AUTORL_USER_CACHE')}")
 '''
 
 
@@ -36,3 +37,5 @@ def test_each_commit_has_its_own_jax_cache_for_its_runs(autorl_repo):
     assert candidate["jax_cache"] != first["jax_cache"] and candidate["jax_cache_before"] == ""
     assert candidate["jax_cache"].split("/")[-1].startswith(rows.commit.iloc[-1])
     assert not (run_dir / "jax-cache").exists()  # removed when the run ended
+    # The daemon's user-level cache is not named to candidate code (the tests' session sets it).
+    assert first["user_cache_seen"] == candidate["user_cache_seen"] == "None"

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import git
 
+from orchestrator.usercache import USER_CACHE_ENV, user_cache_dir
 from tests.conftest import FAST, read_results, run_daemon
 
 SHIPPED = ["envs_fast/cartpole_v1.py"] + (["envs_fast/cartpole_v1.rs"] if shutil.which("rustc") else []) + ["gymnax"]
@@ -68,6 +70,12 @@ def test_setup_verifies_what_ships_reuses_it_next_time_and_falls_back_from_a_bro
         assert summary["path"] == "jax-e2e" and summary["backend"].endswith(choice["backend"]), summary
     status = run_daemon(repo, "status", "--tag", "first")
     assert f"training backend: {choice['backend']}" in status.stdout
+    # A resumed run does not set up again: it reads the choice it made.
+    resumed = run_daemon(repo, "run", "--tag", "first", "--resume", "--max-experiments", "0",
+                         env={"AUTORL_USER_CACHE": str(user_cache)})
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    after = (run_dir / "daemon.log").read_text().split("resuming run first")[1]
+    assert "(chosen at setup)" in after and "setup: " not in after
 
     # The next run on the same content takes every record from the user cache: nothing is verified or
     # benchmarked. (Its train.py has the same hyperparameters but stops at once: only setup matters here.)
@@ -104,3 +112,10 @@ def test_no_setup_verify_keeps_the_host_path(autorl_repo, user_verify_cache):
     assert not (run_dir / "setup").exists() and not list((run_dir / "verify-cache").glob("verdict-*"))
     assert train_summary(run_dir / "exp-0000" / "train.log")["path"] == "host"
     assert json.loads((run_dir / "run.json").read_text())["setup_verify"] is False
+
+
+def test_the_user_cache_is_where_the_user_says(tmp_path):
+    home = Path.home()
+    assert user_cache_dir({USER_CACHE_ENV: str(tmp_path / "mine")}) == tmp_path / "mine"
+    assert user_cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "autorl" / "verify"
+    assert user_cache_dir({}) == home / ".cache" / "autorl" / "verify"
