@@ -6,7 +6,7 @@ rounds, so that all figures see the same machine load).
 Adapter rows: the gymnasium VectorEnv each backend trains through on the host path, stepped with
 random actions drawn beforehand (so the figure is the env and its adapter, not the action sampler).
 Raw rows: the backend with no adapter: `autorl_step` called directly (autoreset through the resets
-array, no time limit), against the JAX translation's jitted lax.scan (envs_fast.bench.jax_runner,
+array, no time limit), against the JAX translation's jitted lax.scan (envs_fast.throughput.jax_runner,
 autoreset and time limit included).
 """
 import argparse
@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from envs_fast.bench import Runner, jax_runner, measure, rust_runner  # noqa: E402
+from envs_fast.throughput import Runner, jax_runner, measure, rust_runner  # noqa: E402
 from envs_fast.protocol import translation_path  # noqa: E402
 from envs_fast.rust_vector import make_rust_vec_env  # noqa: E402
 
