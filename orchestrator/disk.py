@@ -50,7 +50,7 @@ def prune(folder: ExpFolder, log_cap_mb: float = LOG_CAP_MB) -> int:
                 shutil.rmtree(entry, ignore_errors=True)
             else:
                 entry.unlink(missing_ok=True)
-    for path in [log for run in runs for log in run.path.glob("*.log")]:
+    for path in [p for run in runs for p in run.path.glob("*.log")]:
         freed += cut_log(path, log_cap_mb)
     return freed
 

@@ -292,7 +292,6 @@ def _determinism(env_class, domain, tasks: list) -> str:
 
 # ---------------------------------------------------------------- random episodes
 def _random_episodes(report: CheckReport, env_class, domain, tasks: list, episodes: int) -> None:
-    import numpy as np
 
     env = env_class(render_mode=None)
     low, high = domain.REWARD_RANGE

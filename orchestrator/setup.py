@@ -32,11 +32,10 @@ from .processes import scrubbed_env
 from .results import ResultsFile, RunFolder, utc_now
 from .report import refresh as refresh_report
 from .sandbox import Sandbox, SandboxUnavailable
-from .runners import Runner, RunnerSettings
+from .runners import Runner, make_runner
 from .workspace import Workspace, repo_root
 
 HARNESS = RunFolder.HARNESS
-JAX_CACHE = "jax-cache"  # results/<tag>/jax-cache/<commit>/: JAX's compilation cache of that commit's train runs
 
 
 def default_agent(environ: dict) -> tuple[str, str]:
@@ -81,29 +80,6 @@ def find_run_to_resume(results_root: Path, env_id: Optional[str]) -> Optional[st
         if env_id is None or data.get("env_id") == env_id:
             candidates.append((run_json.parent.stat().st_mtime, run_json.parent.name))
     return max(candidates)[1] if candidates else None
-
-
-def runner_settings(config: RunConfig, folder: RunFolder) -> RunnerSettings:
-    return RunnerSettings(
-        env_id=config.env_id, budget_s=config.budget_s, grace_s=config.grace_s,
-        eval_episodes=config.eval_episodes, eval_seed=config.eval_seed, eval_timeout_s=config.eval_timeout_s,
-        eval_workers=config.eval_workers, harness=folder.harness, harness_sha256=config.harness_sha256,
-        verify_cache=folder.verify_cache, verify_timeout_s=config.verify_timeout_s,
-        bench_seconds=config.bench_seconds, max_output_mb=config.max_output_mb, sandbox=config.sandbox,
-        env_folder=config.env_folder, env_sha256=config.env_sha256, jax_cache=folder.path / JAX_CACHE)
-
-
-def make_runner(config: RunConfig, folder: RunFolder, workspace: Workspace, stop: StopControl, journal: InFlight,
-                harness_bytes: bytes) -> Runner:
-    settings = runner_settings(config, folder)
-    if config.runner == "modal":
-        from .runners.modal import ModalRunner
-
-        return ModalRunner.from_options(settings, workspace, stop.requested, journal, harness_bytes,
-                                        config.runner_options)
-    from .runners.local import LocalRunner
-
-    return LocalRunner(settings, workspace, stop.requested, journal, harness_bytes)
 
 
 def check_runner(name: str) -> None:

@@ -2,7 +2,7 @@
 
 The run's starting train.py (its base commit) and its best (the branch tip) are each trained on
 every given env with the same budget and seeds, through the same runner as the run's
-experiments (`setup.make_runner`, so on Modal when the run used Modal), and scored by the
+experiments (`runners.make_runner`, so on Modal when the run used Modal), and scored by the
 run's trusted harness copy with its held-out seed. One row per cell goes to
 `results/<tag>/transfer.tsv` as it finishes (fsynced); `transfer.png` shows baseline vs best
 per env with 95% CIs. Finished cells are never retrained: a second call picks up where the
@@ -23,7 +23,7 @@ from .config import RunConfig, RunError
 from .daemon import LockHeld, RunLock, StopControl, lock_holder, log
 from .inflight import InFlight, recorded
 from .results import RunFolder, utc_now
-from .runners import Slot, cancel_handle
+from .runners import Slot, cancel_handle, make_runner
 from .transfer_table import WHICH, append_row, load_frame, read_rows, row_key
 from .report.charts import transfer_png
 from .workspace import Workspace
@@ -69,8 +69,6 @@ def run_transfer(run_dir: Path, envs: list[str], budget_s: Optional[float] = Non
                  runner_factory: Optional[Callable] = None, say: Callable[[str], None] = print) -> dict:
     """Train and score every missing cell; returns {"trained": n, "skipped": n, "stopped": bool}."""
     import hashlib
-
-    from .setup import make_runner
 
     folder = RunFolder(run_dir)
     if not folder.config.exists():

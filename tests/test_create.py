@@ -194,26 +194,29 @@ def test_a_buggy_create_is_repaired_committed_and_trained(autorl_repo, tmp_path)
 
 
 def test_changing_the_env_folder_makes_scoring_refuse(autorl_repo, tmp_path):
+    from orchestrator.config import RunConfig
     from orchestrator.inflight import InFlight
-    from orchestrator.results import ExpFolder
+    from orchestrator.results import ExpFolder, RunFolder
     from orchestrator.runners import RunnerSettings, Slot
     from orchestrator.runners.local import LocalRunner
     from orchestrator.workspace import Workspace
 
     repo = autorl_repo(train_py=COLUMN_FOUR_TRAIN_PY)
     create_connect_four(repo, tmp_path)
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    harness = run_dir / "evaluate.py"
-    shutil.copyfile(repo / "evaluate.py", harness)
-    settings = RunnerSettings(
-        env_id=CONNECT_FOUR_ID, budget_s=5, grace_s=30, eval_episodes=20, eval_seed=1000, eval_timeout_s=300,
-        eval_workers=1, harness=harness, harness_sha256=hashlib.sha256(harness.read_bytes()).hexdigest(),
-        verify_cache=run_dir / "verify-cache", env_folder="envs/connect_four",
-        env_sha256=content_sha256(repo / "envs" / "connect_four"))
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    shutil.copyfile(repo / "evaluate.py", folder.harness)
     workspace = Workspace(repo, "t")
     base = workspace.create()
-    runner = LocalRunner(settings, workspace, lambda: False, InFlight(run_dir), harness.read_bytes())
+    config = RunConfig(
+        tag="t", env_id=CONNECT_FOUR_ID, budget_s=5, grace_s=30, eval_episodes=20, eval_seed=1000, train_seeds=[1],
+        confirm_seed=1, eval_timeout_s=300, eval_workers=1, schedule=["train"], main_root=str(repo),
+        worktree=str(workspace.path), branch=workspace.branch, base_commit=base,
+        harness_sha256=hashlib.sha256(folder.harness.read_bytes()).hexdigest(), created="", agent="replay",
+        env_folder="envs/connect_four", env_sha256=content_sha256(repo / "envs" / "connect_four"))
+    run_dir = folder.path
+    runner = LocalRunner(RunnerSettings(config, folder), workspace, lambda: False, InFlight(run_dir),
+                         folder.harness.read_bytes())
     try:
         scored = runner.measure(Slot(1, ExpFolder(run_dir / "exp-0001"), "exp 1"), base, 1)
         assert scored.status is None and -1 <= scored.score <= 1, scored.note

@@ -17,7 +17,8 @@ from orchestrator.agents.replay import ReplayAgent
 from orchestrator.daemon import write_state
 from orchestrator.runners.modal import ComputePrices, ModalRunner
 from orchestrator.runners.modal_experiment import score_policy, train_archive
-from orchestrator.setup import runner_settings, start
+from orchestrator.runners import RunnerSettings
+from orchestrator.setup import start
 from tests.conftest import FAST, read_results, run_daemon, tiny_train_py, write_replay
 from tests.test_loop_units import restore_signals  # noqa: F401,F811  (a fixture, used by name)
 
@@ -78,7 +79,7 @@ class FakeModal:
 
 def modal_factory(fake: FakeModal):
     def factory(config, folder, workspace, stop, journal, harness_bytes):
-        return ModalRunner(runner_settings(config, folder), workspace, stop.requested, journal, harness_bytes, fake, fake.from_id,
+        return ModalRunner(RunnerSettings(config, folder), workspace, stop.requested, journal, harness_bytes, fake, fake.from_id,
                            ComputePrices.load(None), gpu="H100", cpu=8)
     return factory
 

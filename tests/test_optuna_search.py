@@ -10,7 +10,7 @@ import textwrap
 import git
 import optuna
 import pytest
-from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import CategoricalDistribution
 
 from orchestrator.agents.base import AgentContext, NoMoreProposals, Outcome
 from orchestrator.agents.optuna_agent import WIDEN_EVERY, OptunaAgent, format_value, key_of, read_block

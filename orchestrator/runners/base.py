@@ -6,6 +6,12 @@ with the trusted harness; `verify` checks a translation at L1-L3; `bench` measur
 throughput. Each records a cancellable handle (a local process group, a Modal function call) in
 the run's InFlight journal before waiting on it, so `stop` and `--resume` can cancel it
 whichever runner made it. Runners are called from several threads at once (`--parallel K`).
+
+A runner reads its run through RunnerSettings: the run's RunConfig and the paths of its folder.
+A train run's ending is a TrainOutcome before it is a Measurement because that is where the two
+runners meet: LocalRunner has a process group's result and its output folder, ModalRunner a
+container's reply and how waiting on the call ended (a lost container no process result can say),
+and `train_failure` judges both alike.
 """
 from __future__ import annotations
 
@@ -15,7 +21,8 @@ from pathlib import Path
 from typing import Callable, Optional, Protocol
 
 from ..artifacts import TRAIN_SCRIPT, log_tail
-from ..results import ExpFolder
+from ..config import RunConfig
+from ..results import ExpFolder, RunFolder
 
 
 @dataclass
@@ -26,26 +33,26 @@ class Slot:
     label: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunnerSettings:
-    """What every runner needs from the run's configuration."""
-    env_id: str
-    budget_s: float
-    grace_s: float
-    eval_episodes: int
-    eval_seed: int                 # held out: used only where the harness runs
-    eval_timeout_s: float
-    eval_workers: Optional[int]
-    harness: Path                  # the run's trusted copy of evaluate.py
-    harness_sha256: str
-    verify_cache: Path
-    verify_timeout_s: float = 1800.0
-    bench_seconds: float = 2.0
-    max_output_mb: float = 1024.0
-    sandbox: str = "auto"
-    env_folder: Optional[str] = None   # envs/<name> of a created environment, else None
-    env_sha256: Optional[str] = None   # its content hash at setup: the harness refuses any other
-    jax_cache: Optional[Path] = None   # JAX compilation caches, a folder per commit (local runner)
+    """What a runner reads of its run: the configuration that fixes the run's scores (budget,
+    grace, env, held-out seed, harness hash, caps) and the run folder's paths, derived, not copied."""
+    config: RunConfig
+    folder: RunFolder
+
+    @property
+    def harness(self) -> Path:
+        """The run's trusted copy of evaluate.py."""
+        return self.folder.harness
+
+    @property
+    def verify_cache(self) -> Path:
+        return self.folder.verify_cache
+
+    @property
+    def jax_cache(self) -> Path:
+        """JAX compilation caches, a folder per commit (local runner)."""
+        return self.folder.jax_cache
 
 
 @dataclass
@@ -117,8 +124,7 @@ class Runner(Protocol):
 
 
 # ---------------------------------------------------------------- shared judgement of outcomes
-def train_failure(train: TrainOutcome, folder: ExpFolder, budget_s: float, grace_s: float,
-                  max_output_mb: Optional[float] = None) -> Measurement:
+def train_failure(train: TrainOutcome, folder: ExpFolder, config: RunConfig) -> Measurement:
     """The measurement of a train run so far: a status when it failed, else None to go on."""
     m = Measurement(env_steps=_int(train.metrics.get("env_steps")), sps=_float(train.metrics.get("sps")),
                     wall_s=train.wall_s)
@@ -127,11 +133,11 @@ def train_failure(train: TrainOutcome, folder: ExpFolder, budget_s: float, grace
         m.status, m.note = "interrupted", "stopped during training"
     elif train.output_exceeded:
         m.status, m.failure = "crash", tail
-        m.note = f"wrote more than {max_output_mb:g} MB into AUTORL_OUTPUT_DIR" if max_output_mb else \
-            "wrote more than the output cap into AUTORL_OUTPUT_DIR"
+        m.note = f"wrote more than {config.max_output_mb:g} MB into AUTORL_OUTPUT_DIR"
         m.failure = f"{m.note}; the run was killed. Write only the policy artifact (and small files).\n{tail}"
     elif train.timed_out:
         m.status, m.failure = "timeout", tail
+        budget_s, grace_s = config.budget_s, config.grace_s
         m.note = f"killed at {budget_s + grace_s:.0f}s (budget {budget_s:.0f}s + grace {grace_s:.0f}s)"
     elif train.note:
         m.status, m.failure, m.note = "crash", tail, train.note

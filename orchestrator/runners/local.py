@@ -59,11 +59,11 @@ class LocalRunner:
         self.journal = journal
         self.harness_bytes = harness_bytes
         self.snapshots = snapshots or snapshot_root(workspace)
-        self.sandbox = sandbox or Sandbox(settings.sandbox)
+        self.sandbox = sandbox or Sandbox(settings.config.sandbox)
         self.hidden = [workspace.main_root, workspace.path, settings.harness.parent]
         settings.verify_cache.mkdir(parents=True, exist_ok=True)
         self.rust = rust_toolchain()  # shown to walled-in processes so that Rust backends build and load
-        self.jax_caches = JaxCaches(settings.jax_cache or self.snapshots / "jax-cache", settings.max_output_mb)
+        self.jax_caches = JaxCaches(settings.jax_cache, settings.config.max_output_mb)
 
     # ------------------------------------------------------------ pieces
     def _scratch(self, name: str) -> Path:
@@ -107,31 +107,31 @@ class LocalRunner:
 
     # ------------------------------------------------------------ measure
     def measure(self, slot: Slot, commit: str, seed: int) -> Measurement:
-        s, folder = self.settings, slot.folder
+        s, c, folder = self.settings, self.settings.config, slot.folder
         folder.path.mkdir(parents=True, exist_ok=True)
         for stale in (folder.train_log, folder.eval_json, folder.eval_log):  # a retried attempt starts clean
             stale.unlink(missing_ok=True)
         shutil.rmtree(folder.out, ignore_errors=True)
         folder.out.mkdir(parents=True)
-        log.info("%s: training %s with seed %d for %ss", slot.label, TRAIN_SCRIPT, seed, number_arg(s.budget_s))
+        log.info("%s: training %s with seed %d for %ss", slot.label, TRAIN_SCRIPT, seed, number_arg(c.budget_s))
         source = self._checkout(commit, f"{folder.path.name}-seed{seed}")
         try:
             # train.py reads the run's verdicts (make_vec_env("auto")); it cannot write them.
             with self.jax_caches.use(commit) as jax_cache:
                 env = self._candidate_env({**self._backend_env(s.verify_cache),
-                                           **train_env(folder.out, s.env_id, s.budget_s, seed),
+                                           **train_env(folder.out, c.env_id, c.budget_s, seed),
                                            JAX_CACHE_ENV: str(jax_cache)})
                 result = self._spawn(slot, "train", [sys.executable, TRAIN_SCRIPT], source, env, folder.train_log,
-                                     s.budget_s + s.grace_s, f"training (budget {s.budget_s:.0f}s)",
+                                     c.budget_s + c.grace_s, f"training (budget {c.budget_s:.0f}s)",
                                      self._walls(source, [source, s.verify_cache], [folder.out, jax_cache]),
-                                     output_dir=folder.out, max_output_bytes=int(s.max_output_mb * 2**20))
+                                     output_dir=folder.out, max_output_bytes=int(c.max_output_mb * 2**20))
         finally:
             shutil.rmtree(source, ignore_errors=True)
         text = folder.train_log.read_text(encoding="utf-8", errors="replace") if folder.train_log.exists() else ""
         train = TrainOutcome(result.returncode, result.wall_s, result.timed_out, result.interrupted,
                              metrics=parse_summary(text), policy=find_policy(folder.out),
                              output_exceeded=result.output_exceeded)
-        m = train_failure(train, folder, s.budget_s, s.grace_s, s.max_output_mb)
+        m = train_failure(train, folder, c)
         prune(folder)  # ballast, checkpoints: only the policy artifact stays
         if m.status:
             return m
@@ -149,29 +149,29 @@ class LocalRunner:
         """Score `policy` with the run's copy of evaluate.py (hash checked first) in a fresh process
         that imports nothing of the candidate's and sees only the harness copy and the artifact (and,
         for a created environment, `commit`'s envs/<name>/, whose frozen hash the harness checks)."""
-        s, folder = self.settings, slot.folder
-        if hashlib.sha256(s.harness.read_bytes()).hexdigest() != s.harness_sha256:
+        s, c, folder = self.settings, self.settings.config, slot.folder
+        if hashlib.sha256(s.harness.read_bytes()).hexdigest() != c.harness_sha256:
             log.error("%s does not match the hash recorded at setup; restoring it from the copy verified at "
                       "startup", s.harness)
             s.harness.write_bytes(self.harness_bytes)
             return EvalOutcome(False, error="the trusted harness copy was modified during the experiment",
                                tampered=True)
         extra = {"PYTHONUNBUFFERED": "1"}
-        if s.eval_workers:
-            extra["AUTORL_EVAL_WORKERS"] = str(s.eval_workers)
+        if c.eval_workers:
+            extra["AUTORL_EVAL_WORKERS"] = str(c.eval_workers)
         env = processes.scrubbed_env(extra)
         env.pop("PYTHONPATH", None)  # nothing but installed packages and the harness itself
         folder.eval_json.unlink(missing_ok=True)
         scratch = self._scratch(f"{folder.path.name}-eval")
         out_json = scratch / folder.eval_json.name
         try:
-            if s.env_folder and commit:
-                env["AUTORL_ENV_ROOT"] = str(self.workspace.extract(commit, scratch / "env-root", [s.env_folder]))
-                env["AUTORL_ENV_SHA256"] = s.env_sha256 or ""
-            cmd = [sys.executable, str(s.harness), "--policy", str(policy), "--env", s.env_id,
-                   "--episodes", str(s.eval_episodes), "--seed", str(s.eval_seed), "--out", str(out_json)]
-            proc = self._spawn(slot, "eval", cmd, scratch, env, folder.eval_log, s.eval_timeout_s,
-                               f"evaluating {s.eval_episodes} episodes",
+            if c.env_folder and commit:
+                env["AUTORL_ENV_ROOT"] = str(self.workspace.extract(commit, scratch / "env-root", [c.env_folder]))
+                env["AUTORL_ENV_SHA256"] = c.env_sha256 or ""
+            cmd = [sys.executable, str(s.harness), "--policy", str(policy), "--env", c.env_id,
+                   "--episodes", str(c.eval_episodes), "--seed", str(c.eval_seed), "--out", str(out_json)]
+            proc = self._spawn(slot, "eval", cmd, scratch, env, folder.eval_log, c.eval_timeout_s,
+                               f"evaluating {c.eval_episodes} episodes",
                                self._walls(scratch, [s.harness, policy], [scratch]))
             if out_json.exists():
                 shutil.copyfile(out_json, folder.eval_json)
@@ -180,12 +180,12 @@ class LocalRunner:
         if proc.interrupted:
             return EvalOutcome(False, error="interrupted", interrupted=True, wall_s=proc.wall_s)
         if proc.timed_out:
-            return EvalOutcome(False, error=f"evaluation took longer than {s.eval_timeout_s:.0f}s", timed_out=True,
+            return EvalOutcome(False, error=f"evaluation took longer than {c.eval_timeout_s:.0f}s", timed_out=True,
                                wall_s=proc.wall_s)
         if proc.returncode != 0 or not folder.eval_json.exists():
             reason = log_tail(folder.eval_log, 1) or f"evaluate.py exited with {proc.returncode}"
             # 3 is evaluate.ENV_CHANGED_EXIT: the frozen env folder changed, which is no crash of the candidate's
-            changed_env = bool(s.env_folder) and proc.returncode == 3
+            changed_env = bool(c.env_folder) and proc.returncode == 3
             return EvalOutcome(False, error=reason, wall_s=proc.wall_s, tampered=changed_env)
         result, error = read_eval_json(folder.eval_json)
         if result is None:
@@ -198,14 +198,14 @@ class LocalRunner:
         """Run `python -m envs_fast.<stage> ... --json J` in a snapshot of `commit` with a scratch
         copy of the verdict cache; returns the result, its JSON, the snapshot and the scratch cache
         (the caller merges what it trusts, then removes both)."""
-        s = self.settings
+        s, c = self.settings, self.settings.config
         source = self._checkout(commit, f"{slot.folder.path.name}-{stage}")
         cache = self._scratch(f"{slot.folder.path.name}-{stage}-cache")
         shutil.copytree(s.verify_cache, cache, dirs_exist_ok=True)
         out = cache / json_path.name
         result = self._spawn(
-            slot, stage, [sys.executable, "-m", f"envs_fast.{stage}", "--env", s.env_id, *args, "--json", str(out)],
-            source, self._candidate_env(self._backend_env(cache)), log_path, s.verify_timeout_s, tick,
+            slot, stage, [sys.executable, "-m", f"envs_fast.{stage}", "--env", c.env_id, *args, "--json", str(out)],
+            source, self._candidate_env(self._backend_env(cache)), log_path, c.verify_timeout_s, tick,
             self._walls(source, [source], [cache]))
         data = None
         if out.exists():
@@ -220,7 +220,7 @@ class LocalRunner:
         """Copy one record the daemon expects from a scratch cache into the run's cache."""
         from envs_fast import cache as verdicts
 
-        name = verdicts.record_name(kind, spec, self.settings.env_id)
+        name = verdicts.record_name(kind, spec, self.settings.config.env_id)
         if (cache / name).is_file():
             shutil.copyfile(cache / name, self.settings.verify_cache / name)
         else:
@@ -233,7 +233,7 @@ class LocalRunner:
                 shutil.copytree(built, kept, dirs_exist_ok=True, ignore=shutil.ignore_patterns(".build-*"))
 
     def verify(self, slot: Slot, commit: str, backend: str, round_: int) -> VerifyOutcome:
-        s, folder = self.settings, slot.folder
+        c, folder = self.settings.config, slot.folder
         json_path, log_path = folder.verify_round(round_)
         result, _, source, cache = self._in_snapshot(slot, "verify", commit,
                                                      ["--backend", backend, "--levels", "1,2,3"],
@@ -251,12 +251,12 @@ class LocalRunner:
             shutil.copyfile(json_path, folder.verify)  # the last round's full report
         report = log_path.read_text(encoding="utf-8", errors="replace") if log_path.exists() else ""
         if result.timed_out:
-            return VerifyOutcome(False, f"verification timed out after {s.verify_timeout_s:.0f}s\n{report[-4000:]}",
+            return VerifyOutcome(False, f"verification timed out after {c.verify_timeout_s:.0f}s\n{report[-4000:]}",
                                  returncode=3, timed_out=True)
         return VerifyOutcome(result.returncode == 0, report[-12000:], returncode=result.returncode)
 
     def bench(self, slot: Slot, commit: str, spec: str, json_path: Path, figures: str = "all") -> Optional[dict]:
-        args = ["--backend", spec, "--seconds", number_arg(self.settings.bench_seconds)]
+        args = ["--backend", spec, "--seconds", number_arg(self.settings.config.bench_seconds)]
         args += ["--figures", figures] if figures != "all" else []  # (a commit's bench.py may predate the flag)
         result, data, source, cache = self._in_snapshot(slot, "bench", commit, args, json_path,
                                                         json_path.with_suffix(".log"), "benchmarking")

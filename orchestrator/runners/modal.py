@@ -79,12 +79,14 @@ class ModalRunner:
 
     @classmethod
     def from_options(cls, settings: RunnerSettings, workspace: Workspace, should_stop: StopCheck, journal: InFlight,
-                     harness_bytes: bytes, options: dict) -> "ModalRunner":
-        """The real thing: the app of modal_functions.py, running for the whole session."""
+                     harness_bytes: bytes) -> "ModalRunner":
+        """The real thing: the app of modal_functions.py, running for the whole session, with the
+        run's --modal-* options (gpu, cpu, price table)."""
         import modal
 
         from . import modal_functions  # imports modal: only a Modal run pays for it
 
+        options = settings.config.runner_options
         gpu = options.get("gpu") or modal_functions.TRAIN_GPU
         cpu = float(options.get("cpu") or modal_functions.TRAIN_CPU)
         session = modal_functions.session(gpu, cpu)
@@ -121,18 +123,18 @@ class ModalRunner:
 
     # ------------------------------------------------------------ measure
     def measure(self, slot: Slot, commit: str, seed: int) -> Measurement:
-        s, folder = self.settings, slot.folder
+        c, folder = self.settings.config, slot.folder
         folder.path.mkdir(parents=True, exist_ok=True)
         for stale in (folder.train_log, folder.eval_json, folder.eval_log):
             stale.unlink(missing_ok=True)
         shutil.rmtree(folder.out, ignore_errors=True)
         folder.out.mkdir(parents=True)
         log.info("%s: training on Modal (%s, %g CPUs) with seed %d for %gs", slot.label, self.gpu, self.cpu, seed,
-                 s.budget_s)
+                 c.budget_s)
         # The container has none of this run's verdicts: make_vec_env("auto") picks envpool/gymnasium there.
-        call = self.functions.train.spawn(self.workspace.archive(commit), s.env_id, s.budget_s, seed, s.grace_s)
-        value, how, waited = self._wait(slot, "train", call, s.budget_s + s.grace_s + STARTUP_ALLOWANCE_S,
-                                        f"training (budget {s.budget_s:.0f}s)")
+        call = self.functions.train.spawn(self.workspace.archive(commit), c.env_id, c.budget_s, seed, c.grace_s)
+        value, how, waited = self._wait(slot, "train", call, c.budget_s + c.grace_s + STARTUP_ALLOWANCE_S,
+                                        f"training (budget {c.budget_s:.0f}s)")
         compute = self.prices.cost(waited, self.gpu, self.cpu)
         result = value or {}
         folder.train_log.write_text(result.get("log", "") + (f"\n[autorl] Modal call {call.object_id}: {how}\n"
@@ -145,7 +147,7 @@ class ModalRunner:
                              timed_out=how == "timeout" or bool(result.get("timed_out")),
                              interrupted=how == "interrupted", metrics=result.get("metrics") or {}, policy=policy,
                              note=f"the Modal training call failed: {how[7:]}" if how.startswith("error") else "")
-        m = train_failure(train, folder, s.budget_s, s.grace_s)
+        m = train_failure(train, folder, c)
         m.compute_usd = compute
         if m.status:
             return m
@@ -157,17 +159,17 @@ class ModalRunner:
         return m
 
     def evaluate(self, slot: Slot, policy: Path) -> EvalOutcome:
-        s, folder = self.settings, slot.folder
-        call = self.functions.evaluate.spawn(self.harness_bytes, s.harness_sha256, policy.read_bytes(), s.env_id,
-                                             s.eval_seed, s.eval_episodes, policy.name)
-        value, how, waited = self._wait(slot, "eval", call, s.eval_timeout_s + STARTUP_ALLOWANCE_S,
-                                        f"evaluating {s.eval_episodes} episodes")
+        c, folder = self.settings.config, slot.folder
+        call = self.functions.evaluate.spawn(self.harness_bytes, c.harness_sha256, policy.read_bytes(), c.env_id,
+                                             c.eval_seed, c.eval_episodes, policy.name)
+        value, how, waited = self._wait(slot, "eval", call, c.eval_timeout_s + STARTUP_ALLOWANCE_S,
+                                        f"evaluating {c.eval_episodes} episodes")
         folder.eval_log.write_text(f"Modal call {call.object_id}: {how} after {waited:.1f}s\n")
         outcome = EvalOutcome(False, wall_s=waited, compute_usd=self.prices.cost(waited, None, EVAL_CPU))
         if how == "interrupted":
             outcome.error, outcome.interrupted = "interrupted", True
         elif how == "timeout":
-            outcome.error, outcome.timed_out = f"evaluation took longer than {s.eval_timeout_s:.0f}s", True
+            outcome.error, outcome.timed_out = f"evaluation took longer than {c.eval_timeout_s:.0f}s", True
         elif how != "ok":
             outcome.error = how[7:]
         else:
