@@ -1,5 +1,5 @@
 """A functional JAX backend (a translation, gymnax) behind the numpy `BatchedBackend` interface the
-verifier drives: every call is one jitted, vmapped call over the batch."""
+verifier drives: every call is a jitted, vmapped call over the batch, run at one batch size."""
 from __future__ import annotations
 
 import gymnasium as gym
@@ -8,6 +8,17 @@ import jax.numpy as jnp
 import numpy as np
 
 from envs_fast.protocol import SIGNATURE_PROBLEM, FunctionalBackend, dtype_kind, space_leaves
+
+
+# Every reset and step runs at this batch size (a smaller batch padded with copies of its last row,
+# a larger one in chunks, the results cut back): one compiled program each, where the verifier's
+# batches of 64, 446 and 1024 compiled three (a second or more apiece).
+BATCH = 1024
+
+
+def _pad(tree, rows: int):
+    return jax.tree_util.tree_map(
+        lambda x: np.concatenate([x, np.repeat(x[-1:], BATCH - rows, axis=0)]) if rows < BATCH else x, tree)
 
 
 def _keys(seeds):
@@ -45,10 +56,25 @@ class JaxBatched:
         return self.functional.syncs_state
 
     def reset(self, seeds):
-        return _to_numpy(self._reset(np.asarray(seeds, np.uint32)))
+        return self._at_batch_size(self._reset, seeds)
 
     def step(self, seeds, state, actions):
-        return _to_numpy(self._step(np.asarray(seeds, np.uint32), _to_jax(state), jnp.asarray(actions)))
+        return self._at_batch_size(self._step, seeds, state, actions)
+
+    @staticmethod
+    def _at_batch_size(function, seeds, *batched):
+        """`function(seeds, *batched)` over chunks of BATCH rows, each padded to BATCH."""
+        seeds = np.asarray(seeds, np.uint32)
+        batched = jax.tree_util.tree_map(np.asarray, batched)
+        if not len(seeds):
+            return _to_numpy(function(seeds, *batched))
+        outputs = []
+        for start in range(0, len(seeds), BATCH):
+            rows = min(BATCH, len(seeds) - start)
+            part = jax.tree_util.tree_map(lambda x: x[start:start + rows], (seeds, *batched))
+            out = _to_numpy(function(*_pad(part, rows)))
+            outputs.append(jax.tree_util.tree_map(lambda x: x[:rows], out))
+        return outputs[0] if len(outputs) == 1 else jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *outputs)
 
     def _one_rollout(self, seed, state, actions):
         step = self.functional.step

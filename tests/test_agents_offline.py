@@ -29,9 +29,9 @@ def _block_lines(diff: str) -> list[str]:
 def test_default_offline_run_with_the_real_train_py_and_study_resume(autorl_repo):
     """The README's first command, shortened: no API key -> optuna; then --resume continues the study."""
     repo = autorl_repo()  # the real candidate/train.py
-    # 8 s: the budget counts train.py's whole process (start-up included), so 3 s left nothing to train;
-    # --no-setup-verify: the host path, which needs no compile
-    args = ("run", "--env", "CartPole-v1", "--budget", "8", "--optuna-params", ",".join(TUNED), "--no-setup-verify",
+    # 12 s: the budget counts train.py's whole process (start-up included): 3 s left nothing to train, and
+    # 8 s nothing either while other tests load the machine; --no-setup-verify: the host path, no compile
+    args = ("run", "--env", "CartPole-v1", "--budget", "12", "--optuna-params", ",".join(TUNED), "--no-setup-verify",
             *FAST, "--grace", "20")
     first = run_daemon(repo, *args, "--max-experiments", "1", timeout=240)
     assert first.returncode == 0, first.stdout + first.stderr

@@ -272,3 +272,36 @@ def test_a_backend_that_does_not_build_fails_l1_builds_with_the_compiler_message
     assert report.levels[0].checks[0].detail == message
     assert main(["--env", "CartPole-v1", "--backend", "jax"]) == 1  # a failed verification, not bad input
     assert message in capsys.readouterr().out
+
+
+def test_a_jax_backend_answers_every_batch_size_with_one_compiled_program():
+    """The verifier's batches (64, 446, 1024, ...) run padded to one size: the rows a caller gets
+    are those it would get alone, and reset and step compile once each."""
+    import numpy as np
+
+    from envs_fast.backend import load_batched
+    from envs_fast.jax_batched import BATCH
+
+    backend = load_batched("envs_fast/cartpole_v1.py", "CartPole-v1")
+    seeds = np.arange(BATCH + 300, dtype=np.uint32)  # past one chunk
+    obs, state = backend.reset(seeds)
+    actions = np.arange(len(seeds)) % 2
+    everything = backend.step(seeds, state, actions)
+    few = backend.step(seeds[:5], jax_rows(state, 5), actions[:5])
+    for whole, part in zip(jax_leaves(everything), jax_leaves(few)):
+        assert whole.shape[0] == len(seeds) and part.shape[0] == 5
+        assert np.array_equal(whole[:5], part)
+    assert np.array_equal(jax_leaves(backend.reset(seeds[:3]))[0], jax_leaves(obs)[0][:3])
+    assert backend._step._cache_size() == 1 and backend._reset._cache_size() == 1
+
+
+def jax_rows(tree, rows):
+    import jax
+
+    return jax.tree_util.tree_map(lambda x: x[:rows], tree)
+
+
+def jax_leaves(tree):
+    import jax
+
+    return jax.tree_util.tree_leaves(tree)
