@@ -196,4 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from envs_fast.compiling import compile_quickly
+
+    compile_quickly()  # train.py builds its update (the e2e rollout inside it) at -O1 too
     sys.exit(main())
