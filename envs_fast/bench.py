@@ -31,7 +31,8 @@ Figures (steps per second; measured in interleaved rounds so that all see the sa
   ratio              backend_sps / reference_sps
 
 `--figures train` measures only train_sps and reference_sps (the others are null): what ranking
-verified backends needs (the daemon's setup), at a fraction of the cost.
+verified backends needs, at a fraction of the cost. With several `--backend`s it measures their
+train_sps side by side in one process, against one reference (the daemon's setup).
 
 train.py's constants are read from its hyperparameter block as text: no candidate code is imported.
 """
@@ -98,33 +99,59 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
     spec = resolve_spec(spec, env_id, root)
     vector_backend, rust = spec in ("envpool", "reference"), is_rust_spec(spec)
     num_envs = num_envs or (DEFAULT_VECTOR_NUM_ENVS if vector_backend else DEFAULT_NUM_ENVS)
-    # train.py trains functional JAX backends end to end; it steps the others from its torch loop
-    root_path = Path(root) if root is not None else REPO_ROOT
-    e2e = None if vector_backend or rust else e2e_shape(root_path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        everything = figures == "all"
         runners = {"reference": reference_runner(env_id, seed)}
-        if everything:
+        if figures == "all":
             runners["backend"] = (vector_runner(make_vec_env(spec, env_id, num_envs, seed, verified_only=False), seed) if vector_backend
                                   else rust_runner(spec, env_id, num_envs, seed) if rust
                                   else jax_runner(spec, env_id, num_envs, seed))
             runners["reference_vec"] = vector_runner(
                 gym.make_vec(env_id, num_envs=adapter_num_envs, vectorization_mode="sync"), seed)
-        if everything:
             runners["adapter"] = vector_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root, verified_only=False), seed)
-        if e2e:
-            runners["e2e"] = e2e_runner(spec, env_id, *e2e, seed=seed)
-        else:
-            runners["host"] = host_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root, verified_only=False),
-                                          train_constant("HIDDEN_SIZE", root_path) or 64, seed,
-                                          threads=train_constant("TORCH_THREADS", root_path) or 1)
+        path, runners["train"] = _train_runner(spec, env_id, adapter_num_envs, seed, root)
         sps = measure(runners, seconds)
-    backend, single, reference_vec, adapter = sps.get("backend"), sps["reference"], sps.get("reference_vec"), \
-        sps.get("adapter")
-    e2e_sps, host_sps = sps.get("e2e"), sps.get("host")
-    train_sps = e2e_sps if e2e_sps is not None else host_sps
+    return _result(env_id, spec, path, sps["train"], sps["reference"], seconds, adapter_num_envs, root, num_envs,
+                   sps.get("backend"), sps.get("reference_vec"), sps.get("adapter"))
+
+
+def bench_side_by_side(env_id: str, specs: list[str], seconds: float = 3.0, seed: int = 0, root=None) -> list[dict]:
+    """The `--figures train` result of each backend, all measured in one process in interleaved
+    rounds with one reference: what ranking backends needs (the daemon's setup), with their
+    figures taken under the same load and without a start-up and a reference per backend."""
+    check_env_id(env_id)
+    adapter_num_envs = train_num_envs()
+    specs = [resolve_spec(spec, env_id, root) for spec in specs]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        runners, paths = {"reference": reference_runner(env_id, seed)}, {}
+        for spec in specs:
+            paths[spec], runners[spec] = _train_runner(spec, env_id, adapter_num_envs, seed, root)
+        sps = measure(runners, seconds)
+    return [_result(env_id, spec, paths[spec], sps[spec], sps["reference"], seconds, adapter_num_envs, root)
+            for spec in specs]
+
+
+def _train_runner(spec: str, env_id: str, adapter_num_envs: int, seed: int, root):
+    """("jax-e2e", train.py's end-to-end rollout) when train.py trains `spec` end to end (a functional
+    JAX backend and a train.py with the path), else ("host", its torch loop over the adapter)."""
+    from envs_fast import make_vec_env
+
+    root_path = Path(root) if root is not None else REPO_ROOT
+    e2e = None if spec in ("envpool", "reference") or is_rust_spec(spec) else e2e_shape(root_path)
+    if e2e:
+        return "jax-e2e", e2e_runner(spec, env_id, *e2e, seed=seed)
+    return "host", host_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root, verified_only=False),
+                               train_constant("HIDDEN_SIZE", root_path) or 64, seed,
+                               threads=train_constant("TORCH_THREADS", root_path) or 1)
+
+
+def _result(env_id: str, spec: str, path: str, train_sps: float, single: float, seconds: float, adapter_num_envs: int,
+            root, num_envs: int | None = None, backend: float | None = None, reference_vec: float | None = None,
+            adapter: float | None = None) -> dict:
+    """One backend's figures as bench's JSON gives them; train_sps is cached for `auto`."""
     cache.store_throughput(spec, env_id, adapter_num_envs, train_sps)  # what "auto" compares: training speed
+    e2e = e2e_shape(Path(root) if root is not None else REPO_ROOT) if path == "jax-e2e" else None
     return {
         "env_id": env_id,
         "backend": spec,
@@ -135,10 +162,10 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
         "reference_sps": single,
         "reference_vec_sps": reference_vec,
         "adapter_sps": adapter,
-        "e2e_sps": e2e_sps,
+        "e2e_sps": train_sps if e2e else None,
         "e2e_num_envs": e2e[0] if e2e else None,
-        "host_sps": host_sps,
-        "train_path": "jax-e2e" if e2e else "host",
+        "host_sps": None if e2e else train_sps,
+        "train_path": path,
         "train_sps": train_sps,
         "ratio": backend / single if backend is not None else None,
         "adapter_ratio": adapter / single if adapter is not None else None,
@@ -165,9 +192,12 @@ def format_result(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench", description="Steps per second of a backend and its reference.")
     parser.add_argument("--env", required=True)
-    parser.add_argument("--backend", required=True, help="translation file path (.py JAX, .rs Rust), jax/translation, rust, "
+    parser.add_argument("--backend", required=True, action="append",
+                        help="translation file path (.py JAX, .rs Rust), jax/translation, rust, "
                              "envpool, gymnax, reference, or auto "
-                             "(what make_vec_env(backend='auto') would train on here)")
+                             "(what make_vec_env(backend='auto') would train on here); given more than once "
+                             "(with --figures train), the backends' train_sps are measured side by side in one "
+                             "process and --json holds {\"side_by_side\": [one result per backend]}")
     parser.add_argument("--num-envs", type=int, default=None,
                         help=f"envs for the backend figure (default {DEFAULT_NUM_ENVS} for JAX and Rust backends, "
                              f"{DEFAULT_VECTOR_NUM_ENVS} for envpool/reference)")
@@ -183,15 +213,25 @@ def main(argv: list[str] | None = None) -> int:
     if (args.num_envs is not None and args.num_envs < 1) or args.seconds <= 0 or (args.adapter_num_envs is not None and args.adapter_num_envs < 1):
         print("error: --num-envs/--adapter-num-envs must be >= 1 and --seconds > 0", file=sys.stderr)
         return 2
+    several = len(args.backend) > 1
+    if several and (args.figures != "train" or "auto" in args.backend or args.num_envs or args.adapter_num_envs):
+        print("error: several --backend are measured side by side with --figures train only (no auto, "
+              "--num-envs or --adapter-num-envs)", file=sys.stderr)
+        return 2
     try:
-        result = bench(args.env, args.backend, args.num_envs, args.seconds, args.adapter_num_envs,
-                       figures=args.figures)
+        if several:
+            results = bench_side_by_side(args.env, args.backend, args.seconds)
+            output = {"side_by_side": results}
+        else:
+            results = [bench(args.env, args.backend[0], args.num_envs, args.seconds, args.adapter_num_envs,
+                             figures=args.figures)]
+            output = results[0]
     except BackendError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(format_result(result))
+    print("\n\n".join(format_result(result) for result in results))
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps(output, indent=2))
     return 0
 
 

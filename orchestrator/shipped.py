@@ -97,10 +97,10 @@ def verify_at_setup(config: RunConfig, folder: RunFolder, workspace: Workspace, 
             if not _verify_all(backends, config, runner, user, commit) or stop_requested():
                 log.info("setup stopped before its verification ended; a resumed run does it again")
                 return None
-            for backend in (b for b in backends if b.passed):
-                if not _bench(backend, config, runner, user, commit, where) and stop_requested():
-                    log.info("setup stopped during a benchmark; a resumed run does it again")
-                    return None
+            if not _bench_all([b for b in backends if b.passed], config, folder, runner, user, commit, where) \
+                    and stop_requested():
+                log.info("setup stopped during the benchmark; a resumed run does it again")
+                return None
             choice = _choose(config.env_id, copy, verify_cache, backends)
     finally:
         journal.set_waiting(None)
@@ -205,27 +205,37 @@ def _keep_library(backend: Shipped, user: UserCache) -> None:
 
 
 # ---------------------------------------------------------------- bench
-def _bench(backend: Shipped, config: RunConfig, runner: Runner, user: UserCache, commit: str, where: str) -> bool:
-    """The backend's throughput record in the run's cache and its figures: from the user cache when
-    an earlier run on this machine measured the same content with the same train.py constants."""
+def _bench_all(backends: list[Shipped], config: RunConfig, folder: RunFolder, runner: Runner, user: UserCache,
+               commit: str, where: str) -> bool:
+    """Each verified backend's throughput record in the run's cache and its figures: from the user
+    cache when an earlier run on this machine measured the same content with the same train.py
+    constants, else all the others measured side by side in one process (their figures under one
+    load, in interleaved rounds: half of --bench-seconds per figure is enough for that)."""
     from envs_fast.cache import record_name
 
-    name = record_name("bench", backend.local, config.env_id)
-    figures = user.read(figures_name(name), where)
-    if figures and user.lend(name, where):
-        backend.figures = figures
+    todo = []
+    for backend in backends:
+        name = record_name("bench", backend.local, config.env_id)
+        figures = user.read(figures_name(name), where)
+        if figures and user.lend(name, where):
+            backend.figures = figures
+        else:
+            todo.append((backend, name))
+    if not todo:
         return True
-    json_path = backend.folder.path / "bench.json"
-    log.info("setup: benchmarking %s (%gs per figure)", backend.spec, config.bench_seconds)
-    figures = runner.bench(Slot(0, backend.folder, f"setup {backend.spec}"), commit, backend.spec, json_path,
-                           figures="train")
-    if not figures:
-        log.warning("setup: the benchmark of %s failed (see %s)", backend.spec, json_path.with_suffix(".log"))
+    seconds = max(0.5, config.bench_seconds / 2)
+    json_path = folder.path / SETUP / "bench.json"
+    log.info("setup: benchmarking %s side by side (%gs per figure)", ", ".join(b.spec for b, _ in todo), seconds)
+    results = runner.bench_side_by_side(Slot(0, ExpFolder(folder.path / SETUP), "setup benchmark"), commit,
+                                        [b.spec for b, _ in todo], json_path, seconds)
+    if not results:
+        log.warning("setup: the benchmark failed (see %s)", json_path.with_suffix(".log"))
         return False
-    backend.figures = figures
-    if user.keep(name, where):
-        user.write(figures_name(name), figures, where)
-    _keep_library(backend, user)
+    for (backend, name), figures in zip(todo, results):
+        backend.figures = figures
+        if user.keep(name, where):
+            user.write(figures_name(name), figures, where)
+        _keep_library(backend, user)
     return True
 
 

@@ -64,6 +64,10 @@ def test_setup_verifies_what_ships_reuses_it_next_time_and_falls_back_from_a_bro
     assert choice["backend"] in SHIPPED and choice["path"] == "jax-e2e"
     assert "verified L1-L3" in choice["why"] and "at setup" in choice["why"] and "train sps" in choice["why"]
     assert f"training backend: {choice['backend']} (verified L1-L3" in log
+    # They were benchmarked side by side: one process, one reference figure for all.
+    side = json.loads((run_dir / "setup" / "bench.json").read_text())["side_by_side"]
+    assert [r["backend"].split("/")[-1] for r in side] == [spec.split("/")[-1] for spec in SHIPPED]
+    assert len({r["reference_sps"] for r in side}) == 1 and all(r["train_sps"] > 0 for r in side), side
     # Both baseline runs trained on it, end to end.
     for train_log in (run_dir / "exp-0000" / "train.log", run_dir / "exp-0000" / "run-2" / "train.log"):
         summary = train_summary(train_log)
@@ -82,7 +86,7 @@ def test_setup_verifies_what_ships_reuses_it_next_time_and_falls_back_from_a_bro
     commit_file(repo, "candidate/train.py", "raise SystemExit('stop after setup')\n" + train_py, "stop at once")
     again_dir, again_log, again = setup_run(repo, "again", user_cache, baseline_fails=True)
     assert verdicts(again_dir) == verdicts(run_dir)
-    assert not list((again_dir / "setup").glob("*/verify.r0.log")) and not list((again_dir / "setup").glob("*/bench.json"))
+    assert not list((again_dir / "setup").glob("*/verify.r0.log")) and not list((again_dir / "setup").rglob("bench.json"))
     reused = [line.split("INFO setup: ")[1] for line in again_log.splitlines() if "INFO setup: " in line]
     assert len(reused) == len(SHIPPED), reused
     for spec, line in zip(SHIPPED, reused):

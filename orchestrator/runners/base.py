@@ -116,6 +116,11 @@ class Runner(Protocol):
         """Throughput of backend `spec` as `commit` would train on it (None when it failed);
         figures="train": only what ranking backends needs (train_sps, reference_sps)."""
 
+    def bench_side_by_side(self, slot: Slot, commit: str, specs: list[str], json_path: Path,
+                           seconds: float) -> Optional[list[dict]]:
+        """The train_sps of each of `specs` as `commit` would train on it, measured side by side in one
+        process against one reference (`seconds` per figure); None when it failed."""
+
     def cancel(self, handle: dict) -> bool:
         """Cancel a recorded handle (also one left by a previous daemon); True if it was live."""
 

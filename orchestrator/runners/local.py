@@ -258,18 +258,31 @@ class LocalRunner:
     def bench(self, slot: Slot, commit: str, spec: str, json_path: Path, figures: str = "all") -> Optional[dict]:
         args = ["--backend", spec, "--seconds", number_arg(self.settings.config.bench_seconds)]
         args += ["--figures", figures] if figures != "all" else []  # (a commit's bench.py may predate the flag)
+        results = self._bench(slot, commit, args, json_path, [spec])
+        return results[0] if results else None
+
+    def bench_side_by_side(self, slot: Slot, commit: str, specs: list[str], json_path: Path,
+                           seconds: float) -> Optional[list[dict]]:
+        args = [arg for spec in specs for arg in ("--backend", spec)]
+        return self._bench(slot, commit, args + ["--figures", "train", "--seconds", number_arg(seconds)], json_path,
+                           specs)
+
+    def _bench(self, slot: Slot, commit: str, args: list[str], json_path: Path,
+               specs: list[str]) -> Optional[list[dict]]:
+        """Run bench.py in a snapshot and merge the throughput record of each backend measured."""
         result, data, source, cache = self._in_snapshot(slot, "bench", commit, args, json_path,
                                                         json_path.with_suffix(".log"), "benchmarking")
+        results = (data.get("side_by_side") or [data]) if result.returncode == 0 and data else None
         try:
-            if result.returncode == 0 and data:
-                measured = data.get("backend", spec)
+            for spec, figures in zip(specs, results or []):
+                measured = figures.get("backend", spec)
                 if measured.endswith((".py", ".rs")) and not Path(measured).is_absolute():
                     measured = str(source / measured)  # records are keyed by content, found from here
                 self._merge(cache, "bench", measured)
         finally:
             shutil.rmtree(source, ignore_errors=True)
             shutil.rmtree(cache, ignore_errors=True)
-        return data if result.returncode == 0 else None
+        return results
 
     # ------------------------------------------------------------ cancel
     def cancel(self, handle: dict) -> bool:

@@ -184,6 +184,10 @@ class ModalRunner:
     def bench(self, slot: Slot, commit: str, spec: str, json_path: Path, figures: str = "all") -> Optional[dict]:
         return self.local.bench(slot, commit, spec, json_path, figures)
 
+    def bench_side_by_side(self, slot: Slot, commit: str, specs: list[str], json_path: Path,
+                           seconds: float) -> Optional[list[dict]]:
+        return self.local.bench_side_by_side(slot, commit, specs, json_path, seconds)
+
     # ------------------------------------------------------------ cancel
     def cancel(self, handle: dict) -> bool:
         if handle.get("kind") != "modal":
