@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
+import sys
+import types
 
 from envs_fast.protocol import BackendError, FunctionalBackend
 
@@ -19,9 +23,28 @@ def gymnax_supports(env_id: str) -> bool:
     return env_id in GYMNAX_IDS
 
 
+def _seaborn_on_first_use() -> None:
+    """gymnax's package import loads seaborn (Pong's and MinAtar's renderers use its palettes): 2.2 s of
+    every process that imports gymnax, a training run's budget included. Until something renders,
+    `seaborn` is a stand-in whose first attribute imports the real one. (The standard library's
+    LazyLoader does not help: a second `import seaborn` touches the module and loads it.)"""
+    if "seaborn" in sys.modules or importlib.util.find_spec("seaborn") is None:
+        return
+    stand_in = types.ModuleType("seaborn", "seaborn, imported on first use (envs_fast.gymnax_backend)")
+
+    def __getattr__(name):
+        if sys.modules.get("seaborn") is stand_in:
+            del sys.modules["seaborn"]
+        return getattr(importlib.import_module("seaborn"), name)
+
+    stand_in.__getattr__ = __getattr__
+    sys.modules["seaborn"] = stand_in
+
+
 def load_gymnax(env_id: str) -> FunctionalBackend:
     if not gymnax_supports(env_id):
         raise BackendError(f"gymnax has no equivalent of {env_id!r} (supported: {', '.join(GYMNAX_IDS)})")
+    _seaborn_on_first_use()
     import gymnax
     import jax.numpy as jnp
 

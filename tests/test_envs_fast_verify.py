@@ -305,3 +305,13 @@ def jax_leaves(tree):
     import jax
 
     return jax.tree_util.tree_leaves(tree)
+
+
+def test_loading_gymnax_leaves_seaborn_until_something_renders():
+    """gymnax imports seaborn for two renderers: 2 s of every gymnax training run's budget."""
+    code = ("import sys\nfrom envs_fast.gymnax_backend import load_gymnax\nload_gymnax('CartPole-v1')\n"
+            "print('seaborn.palettes' in sys.modules)\n"
+            "import gymnax.environments.misc.pong as pong\nprint(len(pong.sns.color_palette('cubehelix', 3)))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "3"]
