@@ -13,6 +13,13 @@ from .agents import AGENT_KINDS, CREATE_AGENT_KINDS, add_agent_arguments
 USAGE_EXAMPLE = "python -m orchestrator run --env CartPole-v1 --budget 30 --max-experiments 3"
 
 
+def _fraction(text: str) -> float:
+    value = _positive_float(text)
+    if value >= 1:
+        raise argparse.ArgumentTypeError(f"{text} must be below 1 (a fraction of the budget)")
+    return value
+
+
 def _positive_float(text: str) -> float:
     try:
         value = float(text)
@@ -74,6 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="local process groups (default) or Modal containers (needs `modal token new`)")
     where.add_argument("--parallel", type=_positive_int, metavar="K",
                        help="train K candidates at once per round, from the same best commit (default 1)")
+    where.add_argument("--screen", type=_fraction, metavar="F",
+                       help="train each candidate first for F x the budget (0 < F < 1, e.g. 0.25) beside the "
+                            "best commit at the same F and seed; only one that screens at least as well is "
+                            "trained at the full budget, and only full-budget runs are ever kept (default off)")
     where.add_argument("--modal-gpu", metavar="GPU", help="modal: GPU of a training container (default H100)")
     where.add_argument("--modal-cpu", type=_positive_float, metavar="CORES",
                        help="modal: CPU cores of a training container, for env stepping (default 8)")
@@ -252,7 +263,7 @@ def _run(args) -> int:
             repair_rounds=args.repair_rounds, target_speedup=args.target_speedup,
             translate_patience=args.translate_patience, translate_lang=args.translate_lang,
             bench_seconds=args.bench_seconds, setup_verify=args.setup_verify, runner=args.runner,
-            parallel=args.parallel, runner_options=_runner_options(args),
+            parallel=args.parallel, runner_options=_runner_options(args), screen=args.screen,
             sandbox=args.sandbox, max_output_mb=args.max_output_mb,
             repo=args.repo, agent_args=args)
         return start(options, make_agent, dict(os.environ), from_ref=args.from_ref)

@@ -46,6 +46,7 @@ class RunConfig:
     runner: str = "local"
     parallel: int = 1
     runner_options: dict = field(default_factory=dict)   # modal: gpu, cpu, price table
+    screen: Optional[float] = None        # train candidates first at screen x budget (--screen; None: off)
     # walls around candidate code
     sandbox: str = "auto"                 # auto / require / off (recorded: a run with off says so)
     max_output_mb: float = 1024.0         # what an experiment may write into AUTORL_OUTPUT_DIR
@@ -106,6 +107,7 @@ class Options:
     runner: Optional[str] = None              # local (default) or modal; a resume keeps the run's
     parallel: Optional[int] = None            # candidates per round (default 1)
     runner_options: dict = field(default_factory=dict)
+    screen: Optional[float] = None            # --screen F (0 < F < 1); a resume keeps the run's unless given
     sandbox: Optional[str] = None             # auto (default) / require / off
     max_output_mb: Optional[float] = None     # default 1024
     limits: Limits = field(default_factory=Limits)

@@ -15,6 +15,7 @@ from .results import ResultsFile, Row, summarize
 class Ledger:
     def __init__(self, results: ResultsFile):
         self.file = results
+        results.upgrade()  # a run resumed from before a schema change appends today's rows
         self.rows: list[Row] = results.read()
 
     def reload(self) -> None:

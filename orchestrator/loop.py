@@ -29,9 +29,10 @@ from .keep_rule import Noise, night_noise, write_decision
 from .phases import (PHASES, Confirm, Incumbent, Phase, RepairRound, TrainPhase, TranslatePhase, TranslateTrial,
                      Verdict, Verify, judge, translate_languages)
 from .ledger import Ledger
-from .results import ResultsFile, Row, RunFolder, read_json
+from .results import ExpFolder, ResultsFile, Row, RunFolder, read_json
 from .runners import Runner, Slot, cancel_handle
 from .runners.base import Measurement
+from .screening import Screening
 from .turn import AgentTurns, Candidate
 from .workspace import Workspace
 
@@ -58,6 +59,7 @@ class Run:
         self.best_commit = config.base_commit
         self.disk = DiskSpace(folder.path, journal.set_waiting, stop.requested, stop.sleep)
         self.guard = Guard(folder, harness_bytes)
+        self.screening = Screening(config.screen, config.budget_s, folder) if config.screen else None
         self._load_best()
 
     # ------------------------------------------------------------ derived state
@@ -241,15 +243,12 @@ class Run:
         if ready:
             for c in ready:
                 self.journal.stage(c.exp, "train")
-            slots = [Slot(c.exp, c.folder, f"exp {c.exp}") for c in ready]
             seed = self.config.train_seeds[0]
-            if len(ready) > 1:
-                log.info("exps %s: training %d candidates at once", ", ".join(str(c.exp) for c in ready), len(ready))
-                with ThreadPoolExecutor(max_workers=len(ready), thread_name_prefix="candidate") as pool:
-                    measured = list(pool.map(lambda pair: self.runner.measure(pair[0], pair[1].commit, seed),
-                                             zip(slots, ready)))
-            else:
-                measured = [self.runner.measure(slots[0], ready[0].commit, seed)]
+            if self.screening:
+                ready = self._screen(ready, seed)
+        if ready:
+            measured = self._measure_all([Slot(c.exp, c.folder, f"exp {c.exp}") for c in ready],
+                                         [c.commit for c in ready], seed)
 
             incumbent = self.incumbent()
 
@@ -275,6 +274,42 @@ class Run:
         for c in candidates:
             if c.verdict.status != "keep":
                 self._conclude(c, phase)
+
+    def _measure_all(self, slots: list[Slot], commits: list[str], seed: int,
+                     budget_s: Optional[float] = None) -> list[Measurement]:
+        """Train and score the round's candidates, all at once when there are several."""
+        if len(slots) == 1:
+            return [self.runner.measure(slots[0], commits[0], seed, budget_s)]
+        log.info("exps %s: training %d candidates at once", ", ".join(str(s.exp) for s in slots), len(slots))
+        with ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="candidate") as pool:
+            return list(pool.map(lambda pair: self.runner.measure(pair[0], pair[1], seed, budget_s),
+                                 zip(slots, commits)))
+
+    def _screen(self, ready: list[Candidate], seed: int) -> list[Candidate]:
+        """--screen: each candidate trains at the screen's budget first; those that screen below the
+        best commit's own screen get their verdict here. Returns the ones to train at the full budget."""
+        screening = self.screening
+        incumbent = screening.incumbent(self.best_commit, seed, self.runner.measure)
+        ready[0].cost_usd += incumbent.compute_usd
+        if incumbent.score is None:
+            log.warning("screen: the best commit's own screen failed (%s); this round trains every candidate "
+                        "at the full budget", incumbent.note)
+            return ready
+        for c in ready:
+            self.journal.stage(c.exp, "screen")
+        measured = self._measure_all([Slot(c.exp, ExpFolder(c.folder.screen), f"exp {c.exp} screen") for c in ready],
+                                     [c.commit for c in ready], seed, screening.budget_s)
+        for c, m in zip(ready, measured):
+            c.verdict = screening.judge(m, incumbent)
+        self._check_run_files(ready)
+        promoted = [c for c in ready if c.verdict is None]
+        for c, m in zip(ready, measured):
+            if c.verdict is None:
+                c.cost_usd += m.compute_usd
+                log.info("exp %d: screen %.3f at %gs, the best's %.3f: training it at the full budget", c.exp,
+                         m.score, screening.budget_s, incumbent.score)
+                self.journal.stage(c.exp, "train")
+        return promoted
 
     def run_translate(self, exp: int, phase: TranslatePhase) -> None:
         c = self.turns.candidate(exp, phase, [], self.best_commit)

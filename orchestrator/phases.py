@@ -186,7 +186,7 @@ class TrainPhase(Phase):
                 why = "stopped during" if again.status == "interrupted" else f"{again.status} in"
                 record["looks"].append({"confirmation": k, "status": again.status, "note": again.note})
                 spent = replace(first, wall_s=sum(x.wall_s for x in measurements),
-                                compute_usd=sum(x.compute_usd for x in measurements))
+                                compute_usd=sum(x.compute_usd for x in measurements), budget_s=first.budget_s)
                 v = verdict_of(spent, "interrupted" if again.status == "interrupted" else "discard",
                                f"{why} confirmation run {k}" + (f": {again.note}" if again.note else ""))
                 v.failure = again.failure or first.failure
@@ -195,7 +195,7 @@ class TrainPhase(Phase):
                                   f"{run.label} confirm {k}"))
         combined = Measurement(score=sum(r.score for r in runs) / len(runs), env_steps=first.env_steps, sps=first.sps,
                                wall_s=sum(x.wall_s for x in measurements),
-                               compute_usd=sum(x.compute_usd for x in measurements))
+                               compute_usd=sum(x.compute_usd for x in measurements), budget_s=first.budget_s)
         return verdict_of(combined, decision.action, decision.note), noise.including(runs)
 
 

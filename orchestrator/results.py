@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Optional
 
 COLUMNS = ("exp", "time", "phase", "commit", "status", "score", "best",
-           "env_steps", "sps", "wall_s", "cost_usd", "description")
+           "env_steps", "sps", "wall_s", "cost_usd", "budget_s", "description")
 HEADER = "\t".join(COLUMNS) + "\n"
-STATUSES = ("baseline", "keep", "discard", "crash", "timeout", "invalid", "interrupted")
+# screened: a train candidate that stopped at its screen (--screen F: trained at F x the budget and
+# not promising); its score is at that shorter budget, so nothing is ever kept on it
+STATUSES = ("baseline", "keep", "discard", "crash", "timeout", "invalid", "interrupted", "screened")
 
 
 @dataclass
@@ -29,14 +31,16 @@ class Row:
     cost_usd: float = 0.0
     description: str = ""
     time: str = ""
+    budget_s: Optional[float] = None      # the training budget the score was measured at (none: not trained)
 
     @classmethod
     def of(cls, exp: int, phase: str, status: str, measured, commit: str = "", best: Optional[float] = None,
            wall_s: Optional[float] = None, cost_usd: float = 0.0, description: str = "") -> "Row":
-        """The row of an experiment from what its runner measured (anything with score, env_steps
-        and sps: a runner's Measurement), with the status and description its judge gave it."""
+        """The row of an experiment from what its runner measured (anything with score, env_steps,
+        sps and budget_s: a runner's Measurement), with the status and description its judge gave it."""
         return cls(exp=exp, phase=phase, status=status, commit=commit, score=measured.score, best=best,
                    env_steps=measured.env_steps, sps=measured.sps, wall_s=wall_s, cost_usd=cost_usd,
+                   budget_s=getattr(measured, "budget_s", None),
                    description=description)
 
     def __post_init__(self):
@@ -58,18 +62,20 @@ class Row:
             "sps": _fmt(self.sps, ".0f"),
             "wall_s": _fmt(self.wall_s, ".1f"),
             "cost_usd": _fmt(self.cost_usd, ".4f"),
+            "budget_s": _fmt(self.budget_s, "g"),
             "description": one_line(self.description),
         }
         return "\t".join(values[c] for c in COLUMNS) + "\n"
 
     @classmethod
-    def from_fields(cls, parts: list[str]) -> "Row":
-        raw = dict(zip(COLUMNS, parts))
+    def from_fields(cls, parts: list[str], columns=COLUMNS) -> "Row":
+        raw = dict(zip(columns, parts))
         return cls(
             exp=int(raw["exp"]), time=raw["time"], phase=raw["phase"], commit=raw["commit"],
             status=raw["status"], score=_float(raw["score"]), best=_float(raw["best"]),
             env_steps=_int(raw["env_steps"]), sps=_float(raw["sps"]), wall_s=_float(raw["wall_s"]),
-            cost_usd=_float(raw["cost_usd"]) or 0.0, description=raw["description"],
+            cost_usd=_float(raw["cost_usd"]) or 0.0, budget_s=_float(raw.get("budget_s", "")),
+            description=raw["description"],
         )
 
 
@@ -115,16 +121,33 @@ class ResultsFile:
         text = self.path.read_text(encoding="utf-8", errors="replace")
         lines = text.split("\n")
         complete = lines[:-1]  # the piece after the last newline is empty or torn
+        columns = tuple(complete[0].split("\t")) if complete else COLUMNS  # (a run from before budget_s)
         rows = []
         for line in complete[1:]:
             parts = line.split("\t")
-            if len(parts) != len(COLUMNS):
+            if len(parts) != len(columns):
                 continue
             try:
-                rows.append(Row.from_fields(parts))
-            except ValueError:
+                rows.append(Row.from_fields(parts, columns))
+            except (ValueError, KeyError):
                 continue
         return rows
+
+    def upgrade(self) -> bool:
+        """Rewrite a results.tsv of an older schema (no budget_s) in today's, its rows unchanged,
+        before a resumed run appends to it (atomically: a crash leaves the old file or the new)."""
+        if not self.path.exists():
+            return False
+        with open(self.path, encoding="utf-8", errors="replace") as handle:
+            if handle.readline() == HEADER:
+                return False
+        rows = self.read()
+        tmp = self.path.with_suffix(".tsv.upgrading")
+        tmp.write_text(HEADER + "".join(row.to_line() for row in rows), encoding="utf-8")
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        tmp.replace(self.path)
+        return True
 
     def repair_torn_tail(self) -> Optional[str]:
         """Cut a torn last line (so the next append starts on a fresh line); return what was cut."""
@@ -212,6 +235,7 @@ class RunFolder:
     TRANSFER_TSV = "transfer.tsv"  # `transfer`: the starting and the best train.py on other envs
     TRANSFER_PNG = "transfer.png"
     TRANSFER = "transfer"          # `transfer`'s cells (ExpFolders), its journal, lock and log
+    SCREEN = "screen"              # --screen: screen/<commit>/, the best commit's run at the screen's budget
 
     def __init__(self, path: Path):
         self.path = Path(path)
@@ -246,6 +270,7 @@ class ExpFolder:
     BENCH = "bench.json"
     BENCH_INCUMBENT = "bench-incumbent.json"
     VERIFY = "verify.json"         # the last verification round's full report
+    SCREEN = "screen"              # --screen: the candidate's run at the screen's budget (an ExpFolder)
     TRANSCRIPT = "agent.jsonl"
     PROMPT = "prompt.md"
     AGENT_LOG = "agent.log"

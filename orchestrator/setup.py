@@ -325,6 +325,7 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
         agent_options=agent_kinds.given_options(options.agent_args),
         schedule_from_agent=schedule_from_agent(options, agent_name),
         runner=options.runner or "local", parallel=options.parallel or 1, runner_options=dict(options.runner_options),
+        screen=options.screen,
         sandbox=options.sandbox or "auto",
         max_output_mb=options.max_output_mb if options.max_output_mb is not None else 1024.0,
         repair_rounds=options.repair_rounds, target_speedup=options.target_speedup,
@@ -383,7 +384,7 @@ def _resume_config(options: Options, folder: RunFolder, workspace: Workspace) ->
         config.runner, changed = options.runner, True
     if options.runner_options:
         config.runner_options, changed = {**config.runner_options, **options.runner_options}, True
-    for name in ("sandbox", "max_output_mb"):
+    for name in ("sandbox", "max_output_mb", "screen"):
         given = getattr(options, name)
         if given is not None and given != getattr(config, name):
             setattr(config, name, given)

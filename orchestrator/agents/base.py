@@ -44,7 +44,7 @@ class Proposal:
 
 @dataclass
 class Outcome:
-    status: str                     # baseline keep discard crash timeout invalid interrupted
+    status: str                     # baseline keep discard crash timeout invalid interrupted screened
     score: Optional[float]          # mean eval return, None when there is none
     best: Optional[float]
 

@@ -390,7 +390,12 @@ class OptunaAgent:
         if trial is None:
             return
         trial.set_user_attr("status", outcome.status)
-        if outcome.score is not None:
+        if outcome.status == "screened" and outcome.score is not None:
+            # stopped at a fraction of the budget: Optuna's own multi-fidelity record, an intermediate
+            # value and PRUNED (TPE ranks pruned trials below complete ones, by that value)
+            trial.report(outcome.score, step=0)
+            self.study.tell(trial, state=TrialState.PRUNED)
+        elif outcome.score is not None:
             self.study.tell(trial, outcome.score)
         else:
             self.study.tell(trial, state=TrialState.FAIL)

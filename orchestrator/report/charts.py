@@ -40,7 +40,8 @@ def progress_png(night: Night) -> bytes:
     ax = fig.add_subplot()
     strip = blended_transform_factory(ax.transData, ax.transAxes)
     base = night.baseline_score
-    train = rows[rows.score.notna()]
+    screened = rows[rows.status == "screened"]  # scored at the screen's shorter budget: not on this axis
+    train = rows[rows.score.notna() & (rows.status != "screened")]
     low, high = _score_range(train, base)
     if base == base:
         noise = night.noise if night.noise == night.noise else 0.0
@@ -58,6 +59,8 @@ def progress_png(night: Night) -> bytes:
     ax.scatter(keep.exp, keep.score, s=70, color=COLORS["keep"], edgecolors="white", lw=0.8, zorder=5)
     failed = rows[rows.status.isin(FAILED) & (rows.phase != "translate")]
     ax.scatter(failed.exp, [0.03] * len(failed), transform=strip, marker="x", color=COLORS["failed"], s=36,
+               zorder=4, clip_on=False)
+    ax.scatter(screened.exp, [0.03] * len(screened), transform=strip, marker="|", color=COLORS["discard"], s=60,
                zorder=4, clip_on=False)
     translate = rows[rows.phase == "translate"]
     for kept, part in ((True, translate[translate.status == "keep"]), (False, translate[translate.status != "keep"])):
@@ -102,6 +105,9 @@ def progress_png(night: Night) -> bytes:
     if len(failed):
         handles.append(Line2D([], [], marker="x", ls="", color=COLORS["failed"], label="no score (crash, timeout,\n"
                                                                                          "invalid, interrupted)"))
+    if len(screened):
+        handles.append(Line2D([], [], marker="|", ls="", color=COLORS["discard"], markersize=9,
+                              label="screened (not promising at\na fraction of the budget)"))
     if len(translate):
         handles.append(Line2D([], [], marker="D", ls="", color=COLORS["translate"], label="translate (filled: kept)"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False, fontsize=8.5)
@@ -213,7 +219,7 @@ def night_png(night: Night) -> Optional[bytes]:
         part = trained[trained.status == status]
         if len(part):
             sps_ax.scatter(part.t_hours, part.sps, s=20, color=color, label=status)
-    other = trained[~trained.status.isin(["baseline", "keep", "discard"])]
+    other = trained[~trained.status.isin(["baseline", "keep", "discard", "screened"])]
     if len(other):
         sps_ax.scatter(other.t_hours, other.sps, s=20, marker="x", color=COLORS["failed"], label="failed")
     for t in night.translations:

@@ -19,7 +19,7 @@ def _status_counts(night: Night) -> str:
     experiments = night.rows[night.rows.exp > 0]
     last = experiments.drop_duplicates("exp", keep="last")
     counts = last.status.value_counts()
-    order = ["keep", "discard", "baseline", *FAILED]
+    order = ["keep", "discard", "screened", "baseline", *FAILED]
     parts = [f"{status} {counts[status]}" for status in order if status in counts]
     noun = "experiment" if len(last) == 1 else "experiments"
     return f"{len(last)} {noun} after the baseline" + (f": {', '.join(parts)}" if parts else "")

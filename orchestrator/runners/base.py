@@ -92,6 +92,7 @@ class Measurement:
     failure: Optional[str] = None         # what the agent gets next time (log tail, report)
     compute_usd: float = 0.0              # what the runner's compute cost (Modal)
     evaluation: dict = field(default_factory=dict)
+    budget_s: Optional[float] = None      # the training budget it ran with
 
 
 @dataclass
@@ -106,8 +107,9 @@ class VerifyOutcome:
 class Runner(Protocol):
     name: str
 
-    def measure(self, slot: Slot, commit: str, seed: int) -> Measurement:
-        """Train `commit` with `seed` for the budget, then score its artifact with the harness."""
+    def measure(self, slot: Slot, commit: str, seed: int, budget_s: Optional[float] = None) -> Measurement:
+        """Train `commit` with `seed` for the run's budget (or `budget_s`: a screen's shorter one), then
+        score its artifact with the harness."""
 
     def verify(self, slot: Slot, commit: str, backend: str, round_: int) -> VerifyOutcome:
         """Verify the translation file `backend` (repository-relative) of `commit` at L1-L3."""
@@ -129,10 +131,10 @@ class Runner(Protocol):
 
 
 # ---------------------------------------------------------------- shared judgement of outcomes
-def train_failure(train: TrainOutcome, folder: ExpFolder, config: RunConfig) -> Measurement:
-    """The measurement of a train run so far: a status when it failed, else None to go on."""
+def train_failure(train: TrainOutcome, folder: ExpFolder, config: RunConfig, budget_s: float) -> Measurement:
+    """The measurement of a train run (of `budget_s`) so far: a status when it failed, else None to go on."""
     m = Measurement(env_steps=_int(train.metrics.get("env_steps")), sps=_float(train.metrics.get("sps")),
-                    wall_s=train.wall_s)
+                    wall_s=train.wall_s, budget_s=budget_s)
     tail = log_tail(folder.train_log)
     if train.interrupted:
         m.status, m.note = "interrupted", "stopped during training"
@@ -142,7 +144,7 @@ def train_failure(train: TrainOutcome, folder: ExpFolder, config: RunConfig) -> 
         m.failure = f"{m.note}; the run was killed. Write only the policy artifact (and small files).\n{tail}"
     elif train.timed_out:
         m.status, m.failure = "timeout", tail
-        budget_s, grace_s = config.budget_s, config.grace_s
+        grace_s = config.grace_s
         m.note = f"killed at {budget_s + grace_s:.0f}s (budget {budget_s:.0f}s + grace {grace_s:.0f}s)"
     elif train.note:
         m.status, m.failure, m.note = "crash", tail, train.note

@@ -106,23 +106,24 @@ class LocalRunner:
         return env
 
     # ------------------------------------------------------------ measure
-    def measure(self, slot: Slot, commit: str, seed: int) -> Measurement:
+    def measure(self, slot: Slot, commit: str, seed: int, budget_s: Optional[float] = None) -> Measurement:
         s, c, folder = self.settings, self.settings.config, slot.folder
+        budget = budget_s or c.budget_s
         folder.path.mkdir(parents=True, exist_ok=True)
         for stale in (folder.train_log, folder.eval_json, folder.eval_log):  # a retried attempt starts clean
             stale.unlink(missing_ok=True)
         shutil.rmtree(folder.out, ignore_errors=True)
         folder.out.mkdir(parents=True)
-        log.info("%s: training %s with seed %d for %ss", slot.label, TRAIN_SCRIPT, seed, number_arg(c.budget_s))
+        log.info("%s: training %s with seed %d for %ss", slot.label, TRAIN_SCRIPT, seed, number_arg(budget))
         source = self._checkout(commit, f"{folder.path.name}-seed{seed}")
         try:
             # train.py reads the run's verdicts (make_vec_env("auto")); it cannot write them.
             with self.jax_caches.use(commit) as jax_cache:
                 env = self._candidate_env({**self._backend_env(s.verify_cache),
-                                           **train_env(folder.out, c.env_id, c.budget_s, seed),
+                                           **train_env(folder.out, c.env_id, budget, seed),
                                            JAX_CACHE_ENV: str(jax_cache)})
                 result = self._spawn(slot, "train", [sys.executable, TRAIN_SCRIPT], source, env, folder.train_log,
-                                     c.budget_s + c.grace_s, f"training (budget {c.budget_s:.0f}s)",
+                                     budget + c.grace_s, f"training (budget {budget:.0f}s)",
                                      self._walls(source, [source, s.verify_cache], [folder.out, jax_cache]),
                                      output_dir=folder.out, max_output_bytes=int(c.max_output_mb * 2**20))
         finally:
@@ -131,7 +132,7 @@ class LocalRunner:
         train = TrainOutcome(result.returncode, result.wall_s, result.timed_out, result.interrupted,
                              metrics=parse_summary(text), policy=find_policy(folder.out),
                              output_exceeded=result.output_exceeded)
-        m = train_failure(train, folder, c)
+        m = train_failure(train, folder, c, budget)
         prune(folder)  # ballast, checkpoints: only the policy artifact stays
         if m.status:
             return m

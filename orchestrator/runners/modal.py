@@ -122,19 +122,20 @@ class ModalRunner:
             log.warning("could not cancel Modal call %s: %s", getattr(call, "object_id", "?"), exc)
 
     # ------------------------------------------------------------ measure
-    def measure(self, slot: Slot, commit: str, seed: int) -> Measurement:
+    def measure(self, slot: Slot, commit: str, seed: int, budget_s: Optional[float] = None) -> Measurement:
         c, folder = self.settings.config, slot.folder
+        budget = budget_s or c.budget_s
         folder.path.mkdir(parents=True, exist_ok=True)
         for stale in (folder.train_log, folder.eval_json, folder.eval_log):
             stale.unlink(missing_ok=True)
         shutil.rmtree(folder.out, ignore_errors=True)
         folder.out.mkdir(parents=True)
         log.info("%s: training on Modal (%s, %g CPUs) with seed %d for %gs", slot.label, self.gpu, self.cpu, seed,
-                 c.budget_s)
+                 budget)
         # The container has none of this run's verdicts: make_vec_env("auto") picks envpool/gymnasium there.
-        call = self.functions.train.spawn(self.workspace.archive(commit), c.env_id, c.budget_s, seed, c.grace_s)
-        value, how, waited = self._wait(slot, "train", call, c.budget_s + c.grace_s + STARTUP_ALLOWANCE_S,
-                                        f"training (budget {c.budget_s:.0f}s)")
+        call = self.functions.train.spawn(self.workspace.archive(commit), c.env_id, budget, seed, c.grace_s)
+        value, how, waited = self._wait(slot, "train", call, budget + c.grace_s + STARTUP_ALLOWANCE_S,
+                                        f"training (budget {budget:.0f}s)")
         compute = self.prices.cost(waited, self.gpu, self.cpu)
         result = value or {}
         folder.train_log.write_text(result.get("log", "") + (f"\n[autorl] Modal call {call.object_id}: {how}\n"
@@ -147,7 +148,7 @@ class ModalRunner:
                              timed_out=how == "timeout" or bool(result.get("timed_out")),
                              interrupted=how == "interrupted", metrics=result.get("metrics") or {}, policy=policy,
                              note=f"the Modal training call failed: {how[7:]}" if how.startswith("error") else "")
-        m = train_failure(train, folder, c)
+        m = train_failure(train, folder, c, budget)
         m.compute_usd = compute
         if m.status:
             return m
