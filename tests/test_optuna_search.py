@@ -235,3 +235,21 @@ def test_trials_touch_only_constants_the_training_path_reads(tmp_path, monkeypat
     other = "host" if path == "jax-e2e" else "jax-e2e"
     assert touched and not {n for n in touched if tagged[n] == other}, touched
     assert {n for n in touched if tagged[n] is None}  # the constants both paths read stay in the search
+
+
+def test_global_samplers_search_the_whole_space_and_a_screened_trial_is_pruned_with_its_screen_score(tmp_path):
+    """--optuna-sampler tpe/random (what bench/nights.py compares the default with) move several
+    constants at once from the first trial; a `screened` outcome is Optuna's PRUNED with the score
+    reported as an intermediate value."""
+    night = Night(tmp_path, sampler="random")
+    moved = []
+    for _ in range(4):
+        ctx, proposal, text = night.propose()
+        assert text != night.best_text and "optuna trial" in proposal.description
+        moved.append(len(changed(values(night.best_text), values(text))))
+        night.tell(ctx, text, "screened", score=12.5)
+    assert max(moved) > 1  # not a local step
+    trial = trial_of(night.agent.study, 1)
+    assert trial.state == optuna.trial.TrialState.PRUNED and trial.intermediate_values == {0: 12.5}
+    assert trial.user_attrs["status"] == "screened"
+    assert isinstance(Night(tmp_path / "tpe", sampler="tpe").agent.sampler, optuna.samplers.TPESampler)

@@ -39,7 +39,11 @@ def _positive_float(text: str) -> float:
 KINDS = {kind.name: kind for kind in (
     AgentKind("optuna", "orchestrator.agents.optuna_agent:OptunaAgent", "optuna agent (offline default)", [
         ("--optuna-params", dict(metavar="NAME,NAME", help="tune only these constants of the hyperparameter "
-                                                             "block (default: all numeric)"))]),
+                                                             "block (default: all numeric)")),
+        ("--optuna-sampler", dict(choices=("local", "tpe", "random"),
+                                  help="local (default: the neighbourhood of the best, see README), or Optuna's "
+                                       "plain TPE or random search over the same constants (what bench/nights.py "
+                                       "compares it with)"))]),
     AgentKind("replay", "orchestrator.agents.replay:ReplayAgent", "replay agent", [
         ("--replay-dir", dict(metavar="DIR", help="folders DIR/001/, DIR/002/, ... of files to apply"))],
         path_options=("replay_dir",)),

@@ -299,11 +299,14 @@ class LocalSearch(optuna.samplers.BaseSampler):
 class OptunaAgent:
     name = "optuna"
 
-    def __init__(self, run_dir: Path, only: Optional[set[str]] = None, seed: Optional[int] = None):
+    def __init__(self, run_dir: Path, only: Optional[set[str]] = None, seed: Optional[int] = None,
+                 sampler: str = "local"):
         self.run_dir = Path(run_dir)
         self.only = only
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.sampler = LocalSearch(seed)
+        # tpe / random: Optuna's own samplers over the whole space, the searches the default is compared with
+        self.sampler = {"local": LocalSearch, "tpe": lambda s: optuna.samplers.TPESampler(seed=s),
+                        "random": lambda s: optuna.samplers.RandomSampler(seed=s)}[sampler](seed)
         self.study = optuna.create_study(
             study_name=STUDY_NAME, storage=f"sqlite:///{self.run_dir / RunFolder.OPTUNA}", direction="maximize",
             sampler=self.sampler, load_if_exists=True)
@@ -329,7 +332,7 @@ class OptunaAgent:
             if not search_space(constants, only):
                 raise ValueError(f"nothing to tune: no numeric or boolean constant in the hyperparameter "
                                  f"block of {TRAIN_SCRIPT}")
-        return cls(run_dir, only)
+        return cls(run_dir, only, sampler=getattr(args, "optuna_sampler", None) or "local")
 
     # ------------------------------------------------------------ the space, stored with the study
     def space(self, constants: list[Constant]) -> dict[str, BaseDistribution]:
@@ -368,9 +371,16 @@ class OptunaAgent:
             raise AgentError(f"nothing to tune in {TRAIN_SCRIPT}'s hyperparameter block for its {training} path "
                              f"(--optuna-params may name only constants the other path reads)")
         # The worktree holds the best commit: its block is the centre of the search.
-        self.sampler.space, self.sampler.centre = space, {n: current[n] for n in space}
+        local = isinstance(self.sampler, LocalSearch)
+        if local:
+            self.sampler.space, self.sampler.centre = space, {n: current[n] for n in space}
         trial = self.study.ask(fixed_distributions=space)
-        info = dict(self.sampler.last)
+        for _ in range(0 if local else 20):  # a global sampler may draw the best itself: draw again
+            if write_block(text, trial.params) != text:
+                break
+            self.study.tell(trial, state=TrialState.FAIL)
+            trial = self.study.ask(fixed_distributions=space)
+        info = dict(self.sampler.last) if local else {"sampler": type(self.sampler).__name__}
         for name, value in info.items():
             trial.set_user_attr(name, value)
         trial.set_user_attr("exp", ctx.exp)

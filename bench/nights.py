@@ -1,0 +1,325 @@
+"""Does a night make train.py better? Real nights of the daemon on small search problems, rescored.
+
+    python bench/nights.py [--quick] [--repeats R] [--problems a,b] [--searchers a,b] [--json FILE]
+
+A problem is (env, budget, start): the shipped candidate/train.py, or a *detuned* one (a documented
+change that costs score, below). For each problem and searcher, R nights run the real daemon
+(`python -m orchestrator run`, real training, the real harness) in a temporary clone of this
+checkout's HEAD (committed code only) with the detuned train.py committed on top, each for
+--experiments experiments. Searchers:
+
+  optuna   the default agent (local-first search around the best)
+  tpe      Optuna's plain TPE over the same constants (--optuna-sampler tpe)
+  random   random search over the same constants (--optuna-sampler random)
+  none     no search: the unchanged train.py retrained (a comment changes so that each experiment is
+           a commit); what a night keeps when nothing can be gained
+
+Then the start and the night's best (the branch tip) are rescored the same way, outside the night:
+trained on --rescore-seeds fresh training seeds and each scored by the harness on 100 episodes with
+fresh evaluation seeds. Per night: improvement (best - start, rescored), whether it is significant
+(one-sided Welch t-test over the rescoring seeds, p < 0.05), a false keep (the night kept something
+whose rescoring is not significantly better than the start), full-budget equivalents spent
+(every train run of the night, a screen run counting its fraction), wall time. Per (problem,
+searcher): the mean improvement with its 95% CI over nights, and the fraction of the detuned gap
+recovered (the shipped train.py is rescored once per problem for that).
+
+`--quick`: one problem (cartpole-lr, 10 s on the jax-e2e path), two searchers (optuna, none), one
+night of 4 experiments, 2 rescoring seeds: about 15 minutes on 2 cores. `--screen F` passes
+`--screen F` to every night (compare with and without).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+REPO = Path(__file__).resolve().parent.parent
+TRAIN_PY = "candidate/train.py"
+EVAL_EPISODES = 100
+RESCORE_EVAL_SEED = 7_000_000   # far from any run's held-out seed (drawn below 2**31 - 1e6 per run)
+
+
+@dataclass
+class Problem:
+    name: str
+    env_id: str
+    budget_s: float
+    detune: dict = field(default_factory=dict)   # constant -> value in the start's train.py
+    why: str = ""
+    run_args: tuple = ()                          # e.g. ("--no-setup-verify",): the host path
+
+
+PROBLEMS = {p.name: p for p in (
+    Problem("cartpole-lr", "CartPole-v1", 10, {"JAX_LEARNING_RATE": 2.5e-4},
+            "jax-e2e, learning rate 8x too low (2e-3 -> 2.5e-4): the pole falls within the budget"),
+    Problem("pendulum-lr", "Pendulum-v1", 15, {"JAX_LEARNING_RATE": 2.5e-4},
+            "jax-e2e, learning rate 8x too low: the swing-up is not learned in 15 s"),
+    Problem("acrobot-gamma", "Acrobot-v1", 10, {"GAMMA": 0.9},
+            "jax-e2e, a short discount (0.99 -> 0.9): the sparse -1 reward's horizon is cut"),
+    Problem("cartpole-host-epochs", "CartPole-v1", 30, {"UPDATE_EPOCHS": 1, "LEARNING_RATE": 1e-4},
+            "host path (--no-setup-verify), one epoch and a 3x lower learning rate", ("--no-setup-verify",)),
+    Problem("cartpole-shipped", "CartPole-v1", 10, {}, "jax-e2e, the shipped train.py: nothing to gain"),
+)}
+SEARCHERS = ("optuna", "tpe", "random", "none")
+
+
+# ---------------------------------------------------------------- a night
+def detuned(text: str, detune: dict) -> str:
+    for name, value in detune.items():
+        text, n = re.subn(rf"^{name} = [^#\n]*", f"{name} = {value!r}  ", text, count=1, flags=re.MULTILINE)
+        if not n:
+            raise SystemExit(f"{name} is not in {TRAIN_PY}'s hyperparameter block")
+    return text
+
+
+def git(cwd: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+
+
+def clone_with_start(root: Path, problem: Problem) -> tuple[Path, str]:
+    """A clone of this checkout's HEAD with the problem's start committed; returns it and the commit."""
+    clone = root / "checkout"
+    subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+    if problem.detune:
+        path = clone / TRAIN_PY
+        path.write_text(detuned(path.read_text(), problem.detune))
+        git(clone, "-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-qam",
+            f"detune: {problem.why}")
+    return clone, git(clone, "rev-parse", "HEAD")
+
+
+def no_search_replay(root: Path, experiments: int, train_py: str) -> Path:
+    """Replay folders that each retrain the unchanged train.py (a comment changes: a commit each)."""
+    folder = root / "replay-none"
+    for i in range(1, experiments + 1):
+        step = folder / f"{i:03d}"
+        (step / "candidate").mkdir(parents=True)
+        (step / TRAIN_PY).write_text(f"{train_py}\n# retrained unchanged ({i})\n")
+        (step / "DESCRIPTION").write_text(f"no search: the same train.py again ({i})")
+    return folder
+
+
+def run_night(root: Path, problem: Problem, searcher: str, experiments: int, screen: float | None,
+              timeout_s: float) -> dict:
+    clone, start = clone_with_start(root, problem)
+    tag = f"night-{searcher}"
+    args = [sys.executable, "-m", "orchestrator", "run", "--env", problem.env_id, "--budget", f"{problem.budget_s:g}",
+            "--max-experiments", str(experiments), "--tag", tag, "--phases", "train", *problem.run_args]
+    if searcher == "none":
+        args += ["--agent", "replay", "--replay-dir",
+                 str(no_search_replay(root, experiments, (clone / TRAIN_PY).read_text()))]
+    else:
+        args += ["--agent", "optuna"] + ([] if searcher == "optuna" else ["--optuna-sampler", searcher])
+    if screen:
+        args += ["--screen", f"{screen:g}"]
+    started = time.monotonic()
+    done = subprocess.run(args, cwd=clone, capture_output=True, text=True, timeout=timeout_s,
+                          env={**_env(), "ANTHROPIC_API_KEY": ""})
+    wall = time.monotonic() - started
+    run_dir = clone / "results" / tag
+    if done.returncode != 0:
+        raise RuntimeError(f"the night failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    import pandas as pd
+
+    rows = pd.read_csv(run_dir / "results.tsv", sep="\t", dtype={"commit": str})
+    best = git(clone, "rev-parse", f"autorl/{tag}")
+    return {"clone": clone, "start": start, "best": best, "wall_s": wall, "rows": rows,
+            "kept": int((rows.status == "keep").sum()), "screened": int((rows.status == "screened").sum()),
+            "candidates": int((rows.exp > 0).sum()), "full_budgets": full_budget_equivalents(run_dir, screen)}
+
+
+def full_budget_equivalents(run_dir: Path, screen: float | None) -> float:
+    """Every train run of the night (baselines, candidates, confirmations, the screens at their
+    fraction), in full budgets: each run leaves one train.log."""
+    runs = [log for log in run_dir.rglob("train.log") if "transfer" not in log.parts]
+    screens = sum(1 for log in runs if "screen" in log.parts)
+    return round(len(runs) - screens + screens * (screen or 0.0), 2)
+
+
+# ---------------------------------------------------------------- rescoring
+def rescore(clone: Path, commit: str, env_id: str, budget_s: float, seeds: list[int], root: Path,
+            run_args: tuple) -> list[float]:
+    """Train `commit`'s train.py on each fresh seed and score it with the harness (fresh eval seeds)."""
+    scores = []
+    work = root / f"rescore-{commit[:8]}"
+    shutil.rmtree(work, ignore_errors=True)
+    subprocess.run(["git", "worktree", "add", "-q", "--detach", str(work), commit], cwd=clone, check=True)
+    env = _env()
+    if "--no-setup-verify" not in run_args:  # train on what the night's setup verified
+        caches = sorted((clone / "results").glob("*/verify-cache"))
+        if caches:
+            env["AUTORL_VERIFY_CACHE"] = str(caches[0])
+    try:
+        for seed in seeds:
+            out = work / f"out-{seed}"
+            train = subprocess.run([sys.executable, TRAIN_PY], cwd=work, capture_output=True, text=True,
+                                   timeout=budget_s + 300,
+                                   env={**env, "AUTORL_OUTPUT_DIR": str(out), "AUTORL_TIME_BUDGET": f"{budget_s:g}",
+                                        "AUTORL_SEED": str(seed), "AUTORL_ENV_ID": env_id})
+            policy = next(iter(sorted(out.glob("policy.*"))), None)
+            if train.returncode != 0 or policy is None:
+                raise RuntimeError(f"rescoring {commit[:8]} seed {seed} failed: {train.stdout[-300:]}{train.stderr[-300:]}")
+            result = out / "eval.json"
+            subprocess.run([sys.executable, str(REPO / "evaluate.py"), "--policy", str(policy), "--env", env_id,
+                            "--episodes", str(EVAL_EPISODES), "--seed", str(RESCORE_EVAL_SEED + 1000 * seed),
+                            "--out", str(result)], check=True, capture_output=True, timeout=1800, env=_env())
+            scores.append(float(json.loads(result.read_text())["mean"]))
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(work)], cwd=clone, capture_output=True)
+    return scores
+
+
+def _env() -> dict:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AUTORL_")}
+    env["PYTHONPATH"] = ""
+    return env
+
+
+def better(best: list[float], start: list[float]) -> tuple[float, bool]:
+    """(the one-sided Welch p that best > start, significant at 0.05)."""
+    if best == start:
+        return 1.0, False
+    if np.std(best) == 0 and np.std(start) == 0:
+        return (0.0, True) if np.mean(best) > np.mean(start) else (1.0, False)
+    p = float(stats.ttest_ind(best, start, equal_var=False, alternative="greater").pvalue)
+    return p, p < 0.05
+
+
+def mean_ci(values: list[float]) -> tuple[float, float, float]:
+    values = np.asarray(values, float)
+    mean = float(values.mean())
+    if len(values) < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
+    return mean, mean - half, mean + half
+
+
+# ---------------------------------------------------------------- the table
+@dataclass
+class NightRow:
+    problem: str
+    searcher: str
+    night: int
+    start_rescored: list
+    best_rescored: list
+    improvement: float
+    p_better: float
+    significant: bool
+    kept: int
+    screened: int
+    candidates: int
+    false_keep: bool
+    full_budgets: float
+    wall_s: float
+    gap_recovered: float | None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one problem, optuna and none, one night of 4 experiments")
+    parser.add_argument("--problems", default=",".join(PROBLEMS))
+    parser.add_argument("--searchers", default=",".join(SEARCHERS))
+    parser.add_argument("--repeats", type=int, default=3, help="nights per (problem, searcher)")
+    parser.add_argument("--experiments", type=int, default=12, help="experiments per night")
+    parser.add_argument("--rescore-seeds", type=int, default=3)
+    parser.add_argument("--screen", type=float, default=None, help="--screen F for every night")
+    parser.add_argument("--json", metavar="FILE", help="write the night rows and the summary as JSON")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary clones")
+    args = parser.parse_args()
+    if args.quick:
+        args.problems, args.searchers, args.repeats, args.experiments, args.rescore_seeds = \
+            "cartpole-lr", "optuna,none", 1, 4, 2
+    problems = [PROBLEMS[name] for name in args.problems.split(",")]
+    searchers = [s for s in args.searchers.split(",") if s in SEARCHERS]
+    rows: list[NightRow] = []
+    shipped_scores: dict[str, float] = {}
+    base = Path(tempfile.mkdtemp(prefix="autorl-nights-"))
+    seeds = [101 + i for i in range(args.rescore_seeds)]
+    try:
+        for problem in problems:
+            print(f"# {problem.name}: {problem.env_id} {problem.budget_s:g}s; {problem.why}", flush=True)
+            if problem.detune:  # the gap a night can close: the shipped train.py, rescored alike
+                clone, shipped = clone_with_start(base / f"{problem.name}-shipped", Problem(
+                    problem.name, problem.env_id, problem.budget_s, {}, run_args=problem.run_args))
+                shipped_scores[problem.name] = float(np.mean(rescore(
+                    clone, shipped, problem.env_id, problem.budget_s, seeds, base, problem.run_args)))
+            for searcher in searchers:
+                for night in range(1, args.repeats + 1):
+                    root = base / f"{problem.name}-{searcher}-{night}"
+                    root.mkdir(parents=True)
+                    n = run_night(root, problem, searcher, args.experiments, args.screen,
+                                  timeout_s=args.experiments * (problem.budget_s * 6 + 240) + 900)
+                    start = rescore(n["clone"], n["start"], problem.env_id, problem.budget_s, seeds, root,
+                                    problem.run_args)
+                    best = start if n["best"] == n["start"] else rescore(
+                        n["clone"], n["best"], problem.env_id, problem.budget_s, seeds, root, problem.run_args)
+                    p, significant = better(best, start)
+                    improvement = float(np.mean(best) - np.mean(start))
+                    gap = shipped_scores.get(problem.name, math.nan) - float(np.mean(start))
+                    row = NightRow(problem.name, searcher, night, start, best, improvement, p, significant,
+                                   n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
+                                   round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None)
+                    rows.append(row)
+                    print(f"  {searcher:7s} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
+                          f"({improvement:+.2f}, p {p:.3f}) kept {n['kept']} screened {n['screened']} "
+                          f"{'FALSE KEEP ' if row.false_keep else ''}{n['full_budgets']:g} budgets "
+                          f"{n['wall_s'] / 60:.1f} min", flush=True)
+                    if not args.keep:
+                        shutil.rmtree(root, ignore_errors=True)
+    finally:
+        if not args.keep:
+            shutil.rmtree(base, ignore_errors=True)
+    summary = summarize(rows)
+    print_table(summary)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"nights": [asdict(r) for r in rows], "summary": summary,
+                                               "shipped_rescored": shipped_scores}, indent=1))
+    return 0
+
+
+def summarize(rows: list[NightRow]) -> list[dict]:
+    out = []
+    for key in dict.fromkeys((r.problem, r.searcher) for r in rows):
+        group = [r for r in rows if (r.problem, r.searcher) == key]
+        mean, low, high = mean_ci([r.improvement for r in group])
+        budgets = sum(r.full_budgets for r in group)
+        recovered = [r.gap_recovered for r in group if r.gap_recovered is not None]
+        out.append({"problem": key[0], "searcher": key[1], "nights": len(group), "improvement": mean,
+                    "ci95": [low, high], "significant_nights": sum(r.significant for r in group),
+                    "false_keeps": sum(r.false_keep for r in group),
+                    "gap_recovered": float(np.mean(recovered)) if recovered else None,
+                    "full_budgets": budgets, "improvement_per_budget": sum(r.improvement for r in group) / budgets,
+                    "candidates": sum(r.candidates for r in group), "wall_min": sum(r.wall_s for r in group) / 60,
+                    "candidates_per_hour": sum(r.candidates for r in group) / max(sum(r.wall_s for r in group), 1) * 3600,
+                    "improvement_per_hour": sum(r.improvement for r in group) / max(sum(r.wall_s for r in group), 1) * 3600})
+    return out
+
+
+def print_table(summary: list[dict]) -> None:
+    print("\n| problem | searcher | nights | improvement (95% CI) | significant | false keeps | gap recovered "
+          "| budgets | per budget | candidates/h | wall min |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in summary:
+        low, high = s["ci95"]
+        ci = f"{s['improvement']:+.1f}" + (f" ({low:+.1f}, {high:+.1f})" if low == low else "")
+        gap = f"{100 * s['gap_recovered']:.0f}%" if s["gap_recovered"] is not None else "-"
+        print(f"| {s['problem']} | {s['searcher']} | {s['nights']} | {ci} | {s['significant_nights']} | "
+              f"{s['false_keeps']} | {gap} | {s['full_budgets']:.1f} | {s['improvement_per_budget']:+.2f} | "
+              f"{s['candidates_per_hour']:.0f} | {s['wall_min']:.1f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
