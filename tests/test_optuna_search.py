@@ -253,3 +253,22 @@ def test_global_samplers_search_the_whole_space_and_a_screened_trial_is_pruned_w
     assert trial.state == optuna.trial.TrialState.PRUNED and trial.intermediate_values == {0: 12.5}
     assert trial.user_attrs["status"] == "screened"
     assert isinstance(Night(tmp_path / "tpe", sampler="tpe").agent.sampler, optuna.samplers.TPESampler)
+
+
+def test_a_detuned_constant_is_walked_back_past_its_first_range(tmp_path):
+    """A start detuned far in one direction (GAMMA 0.9, where 0.99 trains): after a keep the next
+    trial repeats the move that won, and a best at the edge of its range widens it, so a night
+    that keeps every step towards 0.99 gets there."""
+    night = Night(tmp_path, text=REAL_TRAIN_PY.replace("GAMMA = 0.99 ", "GAMMA = 0.9 "), only={"GAMMA"})
+    last_keep_moved_up, repeated = False, 0
+    for _ in range(16):
+        best = values(night.best_text)["GAMMA"]
+        ctx, _, text = night.propose()
+        gamma = values(text)["GAMMA"]
+        if last_keep_moved_up:
+            repeated += gamma > best  # the first trial after a keep goes on the same way
+        up = best < gamma <= 0.995
+        night.tell(ctx, text, "keep" if up else "discard")
+        last_keep_moved_up = up
+    assert values(night.best_text)["GAMMA"] >= 0.985, values(night.best_text)
+    assert repeated >= 4

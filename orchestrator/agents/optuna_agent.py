@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -217,10 +218,10 @@ def coarse(dist: BaseDistribution) -> bool:
     return isinstance(dist, CategoricalDistribution)
 
 
-def neighbour(value, dist: BaseDistribution, steps: int, rng: random.Random):
-    """`value` moved by `steps` half-octaves (up or down at random) in the constant's own scale,
-    inside its bounds; the same value when no move is possible that way."""
-    sign = rng.choice((-1, 1))
+def neighbour(value, dist: BaseDistribution, steps: int, rng: random.Random, sign: Optional[int] = None):
+    """`value` moved by `steps` half-octaves (up or down: `sign`, else at random) in the constant's own
+    scale, inside its bounds; the same value when no move is possible that way."""
+    sign = sign or rng.choice((-1, 1))
     if isinstance(dist, CategoricalDistribution):
         choices = list(dist.choices)
         if len(choices) == 2 and set(map(type, choices)) == {bool}:
@@ -242,7 +243,54 @@ def neighbour(value, dist: BaseDistribution, steps: int, rng: random.Random):
         moved = value * 2 ** (sign * steps / 2)
     else:  # signed or zero-based (entropy coefficient, log-std): sixteenths of the range
         moved = value + sign * steps * (high - low) / 16
-    return _rounded(min(max(moved, low), high))
+    return min(max(_rounded(moved), low), high)  # (rounded first: a value rounded past a bound is no sample)
+
+
+def _repeat_of_last_keep(trials, centre: dict, space: dict[str, BaseDistribution]) -> Optional[dict]:
+    """`centre` moved again the way the last kept trial moved its centre (a rate x2 again, a discount's
+    distance to 1 halved again), when `centre` is that trial's configuration; else None."""
+    kept = [t for t in trials if t.user_attrs.get("status") == "keep" and t.user_attrs.get("centre")]
+    if not kept or key_of(kept[-1].params) != key_of(centre):
+        return None
+    before = {name: value for name, value in json.loads(kept[-1].user_attrs["centre"])}
+    params, moved = dict(centre), False
+    for name, dist in space.items():
+        if isinstance(dist, CategoricalDistribution) or name not in before:
+            continue
+        old, new = float(ast.literal_eval(before[name])), float(centre[name])
+        if format_value(old) == format_value(centre[name]) or old <= 0 < new or new <= 0 < old:
+            continue
+        if not dist.log and 0.5 <= dist.low and dist.high < 1:  # discount-like: half-octaves of 1 - value
+            sign, steps = (1 if new > old else -1), 2 * abs(math.log2((1 - new) / (1 - old)))
+        elif dist.log or isinstance(dist, IntDistribution):
+            sign, steps = (1 if new > old else -1), 2 * abs(math.log2(new / old))
+        else:
+            sign, steps = (1 if new > old else -1), abs(new - old) / ((dist.high - dist.low) / 16)
+        # the same number of steps (at least one: a move cut short by a range's edge is not repeated shorter)
+        params[name] = neighbour(centre[name], dist, max(1, round(steps)), random.Random(0), sign)
+        moved = moved or format_value(params[name]) != format_value(centre[name])
+    return params if moved else None
+
+
+def widened(space: dict[str, BaseDistribution], best: dict) -> dict[str, BaseDistribution]:
+    """The space with each range the best has reached the edge of extended past it, as far again as
+    distribution_for would reach from there: a start detuned beyond the first range can still walk
+    all the way back."""
+    out = dict(space)
+    for name, dist in space.items():
+        value = best.get(name)
+        if isinstance(dist, CategoricalDistribution) or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        wider = distribution_for(name, value)
+        if wider is None or type(wider) is not type(dist) or wider.log != dist.log:
+            continue
+        # (within the 4 significant digits train.py's block is written with)
+        at_low, at_high = value <= dist.low * (1 + 1e-3), value >= dist.high * (1 - 1e-3)
+        if at_low or at_high:
+            low = min(dist.low, wider.low) if at_low else dist.low
+            high = max(dist.high, wider.high) if at_high else dist.high
+            out[name] = type(dist)(low, high, log=dist.log)
+    return out
 
 
 class LocalSearch(optuna.samplers.BaseSampler):
@@ -273,6 +321,13 @@ class LocalSearch(optuna.samplers.BaseSampler):
         tried = {key_of(t.params) for t in trials if set(t.params) == set(search_space)}
         tried.add(key_of(centre))
         around = sum(1 for t in trials if t.user_attrs.get("centre") == centre_key)
+        # Momentum: the first trial around a best that a keep just made repeats the move that won
+        # (a detuned constant is often several steps from where it should be).
+        again = _repeat_of_last_keep(trials, centre, search_space) if around == 0 else None
+        if again is not None and key_of(again) not in tried:
+            changed = [n for n in sorted(again) if format_value(again[n]) != format_value(centre[n])]
+            self.last = {"centre": centre_key, "radius": 1, "changed": changed, "momentum": True}
+            return again
         radius = min(MAX_RADIUS, 1 + around // WIDEN_EVERY)
         while radius <= MAX_RADIUS:
             names = sorted(n for n in search_space if radius >= 2 or not coarse(search_space[n]))
@@ -344,6 +399,19 @@ class OptunaAgent:
         self._add_baseline_trial(constants, space)
         return space
 
+    def _widen(self, space: dict[str, BaseDistribution], best: dict) -> dict[str, BaseDistribution]:
+        """Extend (and store) the ranges the best has walked to the edge of."""
+        wider = widened(space, best)
+        if wider != space:
+            stored = {name: json_to_distribution(text) for name, text in json.loads(self.study.user_attrs["space"]).items()}
+            stored.update({name: wider[name] for name in wider})
+            self.study.set_user_attr("space", json.dumps({n: distribution_to_json(d) for n, d in stored.items()}))
+            logging.getLogger("autorl").info("optuna: the best reached the edge of %s; its range now %s",
+                                             ", ".join(n for n in wider if wider[n] != space[n]),
+                                             ", ".join(f"{n} {wider[n].low:.4g}..{wider[n].high:.4g}"
+                                                       for n in wider if wider[n] != space[n]))
+        return wider
+
     def _add_baseline_trial(self, constants: list[Constant], space: dict) -> None:
         """The baseline rows' mean as a completed trial: the baseline is a configuration tried."""
         scores = [r.score for r in ResultsFile(RunFolder(self.run_dir).results).read()
@@ -373,6 +441,7 @@ class OptunaAgent:
         # The worktree holds the best commit: its block is the centre of the search.
         local = isinstance(self.sampler, LocalSearch)
         if local:
+            space = self._widen(space, current)
             self.sampler.space, self.sampler.centre = space, {n: current[n] for n in space}
         trial = self.study.ask(fixed_distributions=space)
         for _ in range(0 if local else 20):  # a global sampler may draw the best itself: draw again
