@@ -19,8 +19,11 @@ demo: install
 	$(PY) -m orchestrator run --env Pendulum-v1 --budget 15 --max-experiments 4 --optuna-params LEARNING_RATE,JAX_LEARNING_RATE
 	$(PY) -m orchestrator report
 
+# one worker per core: most tests wait on real subprocesses (training budgets, timeouts), so two
+# workers on 2 cores halve the wall time; PYTEST_WORKERS=0 runs them in one process
+PYTEST_WORKERS ?= auto
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache

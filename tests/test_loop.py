@@ -97,7 +97,9 @@ def test_replay_night_covers_every_status(autorl_repo, tmp_path):
 
     rows = read_results(repo, TAG)
     assert list(rows.columns) == ["exp", "time", "phase", "commit", "status", "score", "best", "env_steps",
-                                  "sps", "wall_s", "cost_usd", "description"]
+                                  "sps", "wall_s", "cost_usd", "budget_s", "description"]
+    # the budget each score was trained at; nothing trained for a candidate that never compiled (exp 6)
+    assert rows["budget_s"].iloc[:3].tolist() == [2, 2, 2] and rows.set_index("exp")["budget_s"].isna()[6]
     assert rows["status"].tolist() == ["baseline", "baseline", "keep", "discard", "crash", "timeout", "invalid",
                                        "invalid", "discard", "discard", "invalid", "keep"]
     assert rows["exp"].tolist() == [0, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
