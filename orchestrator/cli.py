@@ -89,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--modal-cpu", type=_positive_float, metavar="CORES",
                        help="modal: CPU cores of a training container, for env stepping (default 8)")
     where.add_argument("--modal-price-table", metavar="FILE.json",
-                       help="modal: USD per second per GPU type and per CPU core (default: built-in table)")
+                       help="modal: a JSON file of USD per hour per GPU type and per CPU core (\"cpu_core\"), e.g. "
+                            "{\"H100\": 3.95, \"cpu_core\": 0.047}; it overrides the built-in table")
     walls = run.add_argument_group("walls around candidate code")
     walls.add_argument("--sandbox", choices=("auto", "require", "off"),
                        help="bubblewrap sandbox for train/eval/verify/bench and the agent's run tool: auto (default; "

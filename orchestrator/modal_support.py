@@ -24,6 +24,12 @@ NIGHT_LOG_NAME = "night.log"
 # Run-folder files that only mean something to the live daemon beside them (results.RunFolder).
 NOT_SYNCED = ("daemon.lock", "STOP")
 TOKEN_HINT = "run `modal token new` (or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET)"
+
+
+def eval_cpu() -> float:
+    """CPU cores of a scoring container (AUTORL_MODAL_EVAL_CPU, default 8): what it is declared with,
+    billed at and scores with (one evaluation worker per core)."""
+    return float(os.environ.get("AUTORL_MODAL_EVAL_CPU", 8))
 NO_CREDENTIALS = f"no Modal credentials found: {TOKEN_HINT}"
 
 

@@ -4,6 +4,7 @@ and score logic (runners/modal_experiment.py) in threads, so results are real; w
 only the container."""
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import threading
@@ -192,3 +193,48 @@ def test_pull_without_a_token_says_how_to_get_one(autorl_repo, tmp_path):
     assert result.returncode == 1 and "modal token new" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (repo / "results" / "cloud").exists()
+
+
+def test_prices_count_every_gpu_of_a_container_and_ignore_the_case_of_its_name(monkeypatch):
+    prices = ComputePrices.load(None)
+    assert prices.cost(3600, "H100:2", 0) == pytest.approx(2 * 3.95)
+    assert prices.cost(3600, "a100-80gb", 0) == pytest.approx(2.50)  # not the H100 fallback
+    assert prices.cost(3600, "l4", 2) == pytest.approx(0.80 + 2 * 0.047)
+
+
+def test_scoring_is_billed_at_the_eval_containers_cores_and_a_wrong_harness_hash_is_invalid(
+        autorl_repo, tmp_path, monkeypatch):
+    from orchestrator.config import RunConfig
+    from orchestrator.inflight import InFlight
+    from orchestrator.results import ExpFolder, RunFolder
+    from orchestrator.runners import Slot
+    from orchestrator.runners.base import Measurement, add_evaluation
+    from orchestrator.workspace import Workspace
+
+    repo = autorl_repo(tiny_train_py(BIAS=0.0))
+    folder = RunFolder(tmp_path / "run")
+    folder.path.mkdir()
+    harness = (repo / "evaluate.py").read_bytes()
+    folder.harness.write_bytes(harness)
+    workspace = Workspace(repo, "t")
+    base = workspace.create()
+    config = RunConfig(tag="t", env_id="CartPole-v1", budget_s=3, grace_s=10, eval_episodes=5, eval_seed=1000,
+                       train_seeds=[1], confirm_seed=2, eval_timeout_s=300, eval_workers=1, schedule=["train"],
+                       main_root=str(repo), worktree=str(workspace.path), branch=workspace.branch, base_commit=base,
+                       harness_sha256=hashlib.sha256(harness).hexdigest(), created="", agent="replay")
+    fake = FakeModal()
+    runner = ModalRunner(RunnerSettings(config, folder), workspace, lambda: False, InFlight(folder.path), harness,
+                         fake, fake.from_id, ComputePrices.load(None), gpu="H100", cpu=8)
+    monkeypatch.setenv("AUTORL_MODAL_EVAL_CPU", "2")
+    try:
+        slot = Slot(1, ExpFolder(folder.path / "exp-0001"), "exp 1")
+        m = runner.measure(slot, base, 1)
+        assert m.status is None and m.score == 500.0, m.note
+        policy = slot.folder.out / "policy.pt"
+        runner.harness_bytes = harness + b"\n# changed\n"   # the bytes sent no longer match the recorded hash
+        outcome = runner.evaluate(slot, policy)
+        assert outcome.tampered and "HarnessRefused" in outcome.error
+        assert outcome.compute_usd == pytest.approx(outcome.wall_s / 3600 * 2 * 0.047)
+        assert add_evaluation(Measurement(), outcome, slot.folder).status == "invalid"
+    finally:
+        runner.close()

@@ -21,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from ..daemon import log, progress
 from ..inflight import InFlight
+from ..modal_support import eval_cpu
 from ..workspace import Workspace
 from .base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
                    add_evaluation, train_failure)
@@ -29,7 +30,7 @@ from .local import LocalRunner
 # USD per hour, Modal's published on-demand rates; a JSON file with the same keys overrides them.
 DEFAULT_PRICES_PER_HOUR = {"H100": 3.95, "H200": 4.54, "B200": 6.25, "A100-80GB": 2.50, "A100": 2.10,
                            "L40S": 1.95, "A10G": 1.10, "L4": 0.80, "T4": 0.59, "cpu_core": 0.047}
-DEFAULT_GPU, DEFAULT_TRAIN_CPU, EVAL_CPU = "H100", 8.0, 8.0
+DEFAULT_GPU, DEFAULT_TRAIN_CPU = "H100", 8.0
 # A container may wait for a GPU and pull its image before the budget starts counting.
 STARTUP_ALLOWANCE_S = 900.0
 POLL_S = 1.0
@@ -37,7 +38,7 @@ POLL_S = 1.0
 
 class ComputePrices:
     def __init__(self, per_hour: dict[str, float]):
-        self.per_hour = per_hour
+        self.per_hour = {name.upper(): rate for name, rate in per_hour.items()}  # Modal upper-cases GPU names
 
     @classmethod
     def load(cls, path: Optional[str]) -> "ComputePrices":
@@ -50,8 +51,13 @@ class ComputePrices:
         return cls(table)
 
     def cost(self, seconds: float, gpu: Optional[str], cpu: float) -> float:
-        gpu_rate = self.per_hour.get(gpu.split(":")[0], self.per_hour["H100"]) if gpu else 0.0
-        return seconds / 3600 * (gpu_rate + cpu * self.per_hour["cpu_core"])
+        """USD for `seconds` of a container with `gpu` ("H100", "a100-80gb", "H100:2": two of them)
+        and `cpu` cores; a GPU type not in the table is billed at the H100 rate."""
+        gpu_rate = 0.0
+        if gpu:
+            name, _, count = gpu.upper().partition(":")
+            gpu_rate = self.per_hour.get(name, self.per_hour["H100"]) * (int(count) if count.isdigit() else 1)
+        return seconds / 3600 * (gpu_rate + cpu * self.per_hour["CPU_CORE"])
 
 
 class ModalRunner:
@@ -166,11 +172,13 @@ class ModalRunner:
         value, how, waited = self._wait(slot, "eval", call, c.eval_timeout_s + STARTUP_ALLOWANCE_S,
                                         f"evaluating {c.eval_episodes} episodes")
         folder.eval_log.write_text(f"Modal call {call.object_id}: {how} after {waited:.1f}s\n")
-        outcome = EvalOutcome(False, wall_s=waited, compute_usd=self.prices.cost(waited, None, EVAL_CPU))
+        outcome = EvalOutcome(False, wall_s=waited, compute_usd=self.prices.cost(waited, None, eval_cpu()))
         if how == "interrupted":
             outcome.error, outcome.interrupted = "interrupted", True
         elif how == "timeout":
             outcome.error, outcome.timed_out = f"evaluation took longer than {c.eval_timeout_s:.0f}s", True
+        elif how.startswith("error: HarnessRefused"):  # the harness did not match its hash: nothing was scored
+            outcome.error, outcome.tampered = how[7:], True
         elif how != "ok":
             outcome.error = how[7:]
         else:

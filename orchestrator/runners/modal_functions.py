@@ -21,7 +21,7 @@ from typing import NamedTuple, Optional
 
 import modal
 
-from ..modal_support import VOLUME_NAME
+from ..modal_support import VOLUME_NAME, eval_cpu
 from .modal_experiment import EVAL_TIMEOUT_S, score_policy, train_archive
 from .modal_night import DEFAULT_IDENTITY, FUNCTION_IDS_ENV, run_night
 
@@ -31,7 +31,7 @@ TORCH_SPEC = "torch==2.13.0"  # as the Makefile; PyPI's Linux wheel of torch is 
 
 TRAIN_GPU = os.environ.get("AUTORL_MODAL_GPU", "H100")
 TRAIN_CPU = float(os.environ.get("AUTORL_MODAL_CPU", 8))
-EVAL_CPU = float(os.environ.get("AUTORL_MODAL_EVAL_CPU", 8))
+EVAL_CPU = eval_cpu()
 NIGHT_CPU = 2.0
 TRAIN_TIMEOUT_S = int(os.environ.get("AUTORL_MODAL_TIMEOUT", 4 * 3600))  # a cap: run_group kills at budget + grace
 NIGHT_TIMEOUT_S = 24 * 3600                                               # Modal's longest
@@ -73,7 +73,8 @@ def train_experiment(archive: bytes, env_id: str, budget: float, seed: int, grac
 def evaluate_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: str, seed: int, episodes: int,
                     policy_name: str = "policy.pt") -> dict:
     """Score a policy artifact with the trusted harness (checked against its sha256) on CPUs."""
-    return score_policy(harness, harness_sha256, policy, env_id, seed, episodes, policy_name)
+    return score_policy(harness, harness_sha256, policy, env_id, seed, episodes, policy_name,
+                        workers=max(1, int(EVAL_CPU)))  # (the host's core count is not the container's share)
 
 
 @app.function(cpu=NIGHT_CPU, timeout=NIGHT_TIMEOUT_S, volumes={RESULTS_MOUNT: results_volume})
