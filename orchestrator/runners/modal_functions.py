@@ -115,5 +115,6 @@ def session(gpu: str | None = None, cpu: float | None = None, timeout_s: int | N
     if os.environ.get(FUNCTION_IDS_ENV):
         yield configured(gpu, cpu, timeout_s)
         return
-    with app.run():
+    # Modal's output on: the image build (minutes the first time) and a failed build's log are shown
+    with modal.enable_output(), app.run():
         yield configured(gpu, cpu, timeout_s)
