@@ -2,6 +2,7 @@
 and replay (snapshots in order, then the end of the run)."""
 from __future__ import annotations
 
+import json
 import re
 from argparse import Namespace
 
@@ -64,6 +65,26 @@ def test_default_offline_run_with_the_real_train_py_and_study_resume(autorl_repo
         assert trial.state == TrialState.COMPLETE and trial.value == pytest.approx(row["score"], abs=1e-3)
         assert trial.user_attrs["status"] == row["status"]
         assert set(trial.params) == set(TUNED)
+
+    # The morning's learning curves: in report.html, and one TensorBoard event file per train run
+    # (both baseline runs, each experiment) that tensorboard's own reader loads.
+    run_dir = repo / "results" / tag
+    page = (run_dir / "report.html").read_text()
+    assert 'alt="learning curves"' in page and "data:image/png;base64," in page
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    scores = {"exp-0000-run-1": json.loads((run_dir / "exp-0000" / "eval.json").read_text())["mean"],
+              "exp-0000-run-2": json.loads((run_dir / "exp-0000" / "run-2" / "eval.json").read_text())["mean"],
+              "exp-0001": rows["score"][2], "exp-0002": rows["score"][3]}
+    folders = sorted(p.name for p in (run_dir / "tensorboard").iterdir())
+    assert folders == ["exp-0000-run-1", "exp-0000-run-2", "exp-0001", "exp-0002"]
+    for name in folders:
+        assert len(list((run_dir / "tensorboard" / name).glob("events.out.tfevents.*"))) == 1
+        events = EventAccumulator(str(run_dir / "tensorboard" / name))
+        events.Reload()
+        returns = events.Scalars("return")
+        assert returns and returns[-1].step > 0 and returns == sorted(returns, key=lambda e: e.step)
+        assert [e.value for e in events.Scalars("score")] == pytest.approx([scores[name]], abs=1e-3)
 
 
 def _context(worktree, run_dir, exp):

@@ -7,7 +7,9 @@ files; it never raises (the loop calls it after every row).
   statistics  iqm, diff_ci
   night       Night: a run folder read once (rows, samples, noise)
   text        the terminal summary
-  charts      progress, return distributions, throughput and cost
+  charts      progress, return distributions, throughput and cost, learning curves
+  curves      each experiment's learning curve, from its train.log
+  tensorboard results/<tag>/tensorboard/exp-NNNN/: the curves, score, status and description
   html        the page
 """
 from __future__ import annotations
@@ -19,7 +21,9 @@ from typing import Optional
 
 from ..daemon import log
 from ..results import RunFolder
-from .charts import distributions_png, night_png, progress_png
+from .charts import curves_png, distributions_png, kept_curves_png, night_png, progress_png
+from .curves import incumbent_of, night_curves
+from .tensorboard import write_events
 from .html import html_page
 from .night import Night, Sample, load
 from .statistics import diff_ci, iqm
@@ -38,8 +42,11 @@ def write(run_dir: Path) -> Night:
     """Write progress.png and report.html of a run; returns what they were made from."""
     night = load(run_dir)
     progress = progress_png(night)
-    page = html_page(night, progress, distributions_png(night), night_png(night))
+    curves = night_curves(night.run_dir, night.rows)
+    page = html_page(night, progress, distributions_png(night), night_png(night), curves_png(night, curves),
+                     kept_curves_png(curves, incumbent_of))
     folder = night.folder
+    write_events(folder, night.rows, curves)
     _write_atomic(folder.progress_png, progress)
     _write_atomic(folder.report_html, page.encode("utf-8"))
     return night

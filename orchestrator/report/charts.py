@@ -285,3 +285,66 @@ def transfer_png(frame, title: str = "transfer") -> bytes:
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")
     return buffer.getvalue()
+
+
+# ---------------------------------------------------------------- learning curves
+MAX_KEPT_PANELS = 8
+
+
+def curves_png(night: Night, curves: list) -> Optional[bytes]:
+    """Every train experiment's learning curve, against env steps and against seconds: the baseline
+    runs dark, the best green and bold, the other kept ones green, the rest faded."""
+    if not curves:
+        return None
+    best_exp = int(night.best_row["exp"]) if night.best_row is not None else None
+    fig = _figure(11, 3.8, bottom=0.15, top=0.9)
+    by_steps, by_time = fig.subplots(1, 2)
+    for curve in sorted(curves, key=lambda c: (c.exp == best_exp and c.exp > 0, c.status == "keep", c.exp == 0)):
+        if curve.exp == best_exp and curve.exp > 0:
+            style = dict(color=COLORS["best"], lw=2.2, alpha=1.0, zorder=5)
+        elif curve.exp == 0:
+            style = dict(color=COLORS["baseline"], lw=1.4, alpha=0.9, zorder=4)
+        elif curve.status == "keep":
+            style = dict(color=COLORS["keep"], lw=1.0, alpha=0.7, zorder=3)
+        else:
+            style = dict(color=COLORS["discard"], lw=0.8, alpha=0.3, zorder=2)
+        by_steps.plot(curve.steps, curve.returns, **style)
+        by_time.plot(curve.seconds, curve.returns, **style)
+    by_steps.set_xlabel("env steps")
+    by_time.set_xlabel("seconds since train.py started")
+    by_steps.set_ylabel("return (recent episodes)")
+    for ax in (by_steps, by_time):
+        ax.grid(alpha=0.25)
+        ax.spines[["top", "right"]].set_visible(False)
+    from matplotlib.lines import Line2D
+
+    by_steps.legend(handles=[Line2D([], [], color=COLORS["baseline"], label="baseline runs"),
+                             Line2D([], [], color=COLORS["best"], lw=2.2, label="best"),
+                             Line2D([], [], color=COLORS["keep"], label="kept"),
+                             Line2D([], [], color=COLORS["discard"], alpha=0.5, label="others")],
+                    fontsize=7.5, frameon=False, loc="lower right")
+    by_steps.set_title("learning curves of the night", loc="left", fontsize=10)
+    return _png(fig)
+
+
+def kept_curves_png(curves: list, incumbent_of) -> Optional[bytes]:
+    """Each kept experiment's curve beside the incumbent it beat (the last MAX_KEPT_PANELS)."""
+    kept = [c for c in curves if c.status == "keep"][-MAX_KEPT_PANELS:]
+    if not kept:
+        return None
+    columns = min(4, len(kept))
+    rows = -(-len(kept) // columns)
+    fig = _figure(11, 2.6 * rows, bottom=0.12 / rows, top=1 - 0.1 / rows, hspace=0.55)
+    axes = fig.subplots(rows, columns, squeeze=False).ravel()
+    for ax, curve in zip(axes, kept):
+        before = incumbent_of(curves, curve)
+        if before is not None:
+            ax.plot(before.steps, before.returns, color=COLORS["baseline"], lw=1.0, label=before.label)
+        ax.plot(curve.steps, curve.returns, color=COLORS["keep"], lw=1.6, label=curve.label)
+        ax.set_title(f"{curve.label} kept", loc="left", fontsize=9)
+        ax.legend(fontsize=7, frameon=False, loc="lower right")
+        ax.grid(alpha=0.25)
+        ax.tick_params(labelsize=7)
+    for ax in axes[len(kept):]:
+        ax.set_visible(False)
+    return _png(fig)

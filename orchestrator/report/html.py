@@ -182,7 +182,8 @@ def _transfer(night: Night) -> str:
             + f"<table>{head}{''.join(body)}</table>")
 
 
-def html_page(night: Night, progress: bytes, distributions: Optional[bytes], over_night: Optional[bytes]) -> str:
+def html_page(night: Night, progress: bytes, distributions: Optional[bytes], over_night: Optional[bytes],
+              curves: Optional[bytes] = None, kept_curves: Optional[bytes] = None) -> str:
     c = night.config
     written = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     summary = html.escape(summary_text(night))
@@ -203,6 +204,8 @@ def html_page(night: Night, progress: bytes, distributions: Optional[bytes], ove
 best minus baseline, episodes resampled within each; baseline = both seeds' episodes pooled. IQM: mean of the middle
 50% of episode returns.</p>
 <h2>Progress</h2>{_img(progress, "progress chart")}
+<h2>Learning curves</h2>{_img(curves, "learning curves") or _muted("no train.log with update lines yet.")}
+{_img(kept_curves, "each kept experiment beside the incumbent it beat")}
 <h2>Returns: baseline vs best</h2>{_img(distributions, "return distributions") or _muted("no scored run yet.")}
 <h2>Throughput and cost over the night</h2>{_img(over_night, "throughput and cost") or _muted("no rows yet.")}
 <h2>Translations kept</h2>{_translations(night)}
