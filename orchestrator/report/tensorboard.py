@@ -29,6 +29,9 @@ def event_folder(run_dir: Path, curve: Curve) -> Path:
 
 def write_events(folder, rows, curves: list[Curve]) -> int:
     """Write the event files of the curves whose experiment has no folder yet; returns how many."""
+    todo = [c for c in curves if not any(event_folder(folder.path, c).glob("events.out.tfevents.*"))]
+    if not todo:
+        return 0
     try:
         from tensorboard.compat.proto.event_pb2 import Event
         from tensorboard.summary.v1 import scalar_pb, text_pb
@@ -36,10 +39,8 @@ def write_events(folder, rows, curves: list[Curve]) -> int:
     except ImportError:
         return 0
     written = 0
-    for curve in curves:
+    for curve in todo:
         target = event_folder(folder.path, curve)
-        if target.is_dir() and any(target.glob("events.out.tfevents.*")):
-            continue
         row = rows[rows.exp == curve.exp].iloc[-1]
         end = parse_time(row.time) or 0.0
         last = max((s for s in curve.seconds if s == s), default=0.0)
