@@ -31,3 +31,28 @@ def test_a_kept_experiment_is_shown_beside_the_incumbent_it_beat():
     assert incumbent_of(curves, curves[3]).label == "baseline 1"
     assert incumbent_of(curves, curves[4]).label == "exp 2"
     assert incumbent_of(curves, curves[6]).label == "exp 4"   # a re-baseline on a new backend
+
+
+def test_event_files_load_in_tensorboards_own_reader_without_tensorflow(tmp_path):
+    """One event file per curve, written once: the return curve by env step, the final score, and
+    status/description as text, all readable by tensorboard's EventAccumulator (no TensorFlow here)."""
+    import pandas as pd
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from orchestrator.report.tensorboard import event_folder, write_events
+
+    class Folder:
+        path = tmp_path
+
+    rows = pd.DataFrame({"exp": [1], "score": [187.5], "time": ["2026-11-24T03:00:00"],
+                         "description": ["lr 3e-4 -> 1e-3"], "status": ["keep"]})
+    curve = Curve("exp 1", 1, "keep", [2048, 4096], [1.0, 2.0], [21.5, 90.0])
+    assert write_events(Folder, rows, [curve]) == 1
+    assert write_events(Folder, rows, [curve]) == 0          # written once per row
+
+    events = EventAccumulator(str(event_folder(tmp_path, curve)))
+    events.Reload()
+    assert [(e.step, e.value) for e in events.Scalars("return")] == [(2048, 21.5), (4096, 90.0)]
+    assert [e.value for e in events.Scalars("score")] == [187.5]
+    texts = {tag: events.Tensors(tag)[0].tensor_proto.string_val[0].decode() for tag in ("status", "description")}
+    assert texts == {"status": "keep", "description": "lr 3e-4 -> 1e-3"}

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from orchestrator.results import COLUMNS
 from tests.conftest import FAST, read_results, run_daemon, start_daemon, tiny_train_py, write_replay
 
 TAG = "disk"
@@ -51,7 +52,7 @@ def small_results(autorl_repo):
 
 def whole_lines(path) -> bool:
     text = path.read_text()
-    return text.endswith("\n") and all(len(line.split("\t")) == 12 for line in text.splitlines())
+    return text.endswith("\n") and all(len(line.split("\t")) == len(COLUMNS) for line in text.splitlines())
 
 
 def test_an_experiment_that_writes_too_much_is_stopped_and_its_ballast_removed(small_results, tmp_path):

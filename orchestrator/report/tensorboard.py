@@ -34,7 +34,6 @@ def write_events(folder, rows, curves: list[Curve]) -> int:
         return 0
     try:
         from tensorboard.compat.proto.event_pb2 import Event
-        from tensorboard.summary.v1 import scalar_pb, text_pb
         from tensorboard.summary.writer.event_file_writer import EventFileWriter
     except ImportError:
         return 0
@@ -48,17 +47,37 @@ def write_events(folder, rows, curves: list[Curve]) -> int:
         try:
             for steps, seconds, value in zip(curve.steps, curve.seconds, curve.returns):
                 wall = end - (last - seconds) if seconds == seconds else end
-                writer.add_event(Event(wall_time=wall, step=int(steps), summary=scalar_pb("return", value)))
+                writer.add_event(Event(wall_time=wall, step=int(steps), summary=_scalar("return", value)))
             final_step = int(curve.steps[-1]) if curve.steps else 0
             score = row.score if curve.exp > 0 else _baseline_score(folder, curve)
             if score is not None and not (isinstance(score, float) and math.isnan(score)):
-                writer.add_event(Event(wall_time=end, step=final_step, summary=scalar_pb("score", float(score))))
+                writer.add_event(Event(wall_time=end, step=final_step, summary=_scalar("score", float(score))))
             for tag, text in (("status", str(curve.status)), ("description", str(row.description))):
-                writer.add_event(Event(wall_time=end, step=final_step, summary=text_pb(tag, text)))
+                writer.add_event(Event(wall_time=end, step=final_step, summary=_text(tag, text)))
         finally:
             writer.close()
         written += 1
     return written
+
+
+def _scalar(tag: str, value: float):
+    """A scalar as a simple_value: what every TensorBoard reader loads. (tensorboard's own
+    summary.v1 helpers import TensorFlow, which autorl does not install.)"""
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    return Summary(value=[Summary.Value(tag=tag, simple_value=float(value))])
+
+
+def _text(tag: str, text: str):
+    """A string tensor tagged for TensorBoard's text plugin (the proto its text_pb would write)."""
+    from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+    from tensorboard.compat.proto.tensor_pb2 import TensorProto
+    from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+    from tensorboard.compat.proto.types_pb2 import DT_STRING
+
+    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+    tensor = TensorProto(dtype=DT_STRING, string_val=[text.encode()], tensor_shape=TensorShapeProto())
+    return Summary(value=[Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
 
 
 def _baseline_score(folder, curve: Curve):
