@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Optional
 
@@ -29,9 +28,9 @@ from .keep_rule import Noise, night_noise, write_decision
 from .phases import (PHASES, Confirm, Incumbent, Phase, RepairRound, TrainPhase, TranslatePhase, TranslateTrial,
                      Verdict, Verify, judge, translate_languages)
 from .ledger import Ledger
-from .results import ExpFolder, ResultsFile, Row, RunFolder, read_json
+from .results import ResultsFile, Row, RunFolder, read_json
 from .runners import Runner, Slot, cancel_handle
-from .runners.base import Measurement
+from .runners.base import Measurement, measure_all
 from .screening import Screening
 from .turn import AgentTurns, Candidate
 from .workspace import Workspace
@@ -247,8 +246,8 @@ class Run:
             if self.screening:
                 ready = self._screen(ready, seed)
         if ready:
-            measured = self._measure_all([Slot(c.exp, c.folder, f"exp {c.exp}") for c in ready],
-                                         [c.commit for c in ready], seed)
+            measured = measure_all(self.runner, [Slot(c.exp, c.folder, f"exp {c.exp}") for c in ready],
+                                   [c.commit for c in ready], seed)
 
             incumbent = self.incumbent()
 
@@ -275,40 +274,15 @@ class Run:
             if c.verdict.status != "keep":
                 self._conclude(c, phase)
 
-    def _measure_all(self, slots: list[Slot], commits: list[str], seed: int,
-                     budget_s: Optional[float] = None) -> list[Measurement]:
-        """Train and score the round's candidates, all at once when there are several."""
-        if len(slots) == 1:
-            return [self.runner.measure(slots[0], commits[0], seed, budget_s)]
-        log.info("exps %s: training %d candidates at once", ", ".join(str(s.exp) for s in slots), len(slots))
-        with ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="candidate") as pool:
-            return list(pool.map(lambda pair: self.runner.measure(pair[0], pair[1], seed, budget_s),
-                                 zip(slots, commits)))
-
     def _screen(self, ready: list[Candidate], seed: int) -> list[Candidate]:
-        """--screen: each candidate trains at the screen's budget first; those that screen below the
-        best commit's own screen get their verdict here. Returns the ones to train at the full budget."""
-        screening = self.screening
-        incumbent = screening.incumbent(self.best_commit, seed, self.runner.measure)
-        ready[0].cost_usd += incumbent.compute_usd
-        if incumbent.score is None:
-            log.warning("screen: the best commit's own screen failed (%s); this round trains every candidate "
-                        "at the full budget", incumbent.note)
-            return ready
+        """--screen: the candidates that screen below the best get their verdict; returns the others."""
         for c in ready:
             self.journal.stage(c.exp, "screen")
-        measured = self._measure_all([Slot(c.exp, ExpFolder(c.folder.screen), f"exp {c.exp} screen") for c in ready],
-                                     [c.commit for c in ready], seed, screening.budget_s)
-        for c, m in zip(ready, measured):
-            c.verdict = screening.judge(m, incumbent)
+        promoted = self.screening.screen(ready, seed, self.best_commit, self.runner)
         self._check_run_files(ready)
-        promoted = [c for c in ready if c.verdict is None]
-        for c, m in zip(ready, measured):
-            if c.verdict is None:
-                c.cost_usd += m.compute_usd
-                log.info("exp %d: screen %.3f at %gs, the best's %.3f: training it at the full budget", c.exp,
-                         m.score, screening.budget_s, incumbent.score)
-                self.journal.stage(c.exp, "train")
+        promoted = [c for c in promoted if c.verdict is None]
+        for c in promoted:
+            self.journal.stage(c.exp, "train")
         return promoted
 
     def run_translate(self, exp: int, phase: TranslatePhase) -> None:

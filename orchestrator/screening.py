@@ -18,7 +18,8 @@ from typing import Callable, Optional
 from .daemon import log
 from .phases import Verdict
 from .results import ExpFolder, RunFolder, read_json
-from .runners import Measurement, Slot
+from .runners import Measurement, Runner, Slot
+from .runners.base import measure_all
 
 Measure = Callable[[Slot, str, int, float], Measurement]   # (slot, commit, seed, budget_s)
 
@@ -61,3 +62,25 @@ class Screening:
                            note=f"screen {screen.score:.3f} at {self.budget_s:g}s (best's {incumbent.score:.3f}): "
                                 f"not trained at the full budget")
         return None
+
+    def screen(self, ready: list, seed: int, best_commit: str, runner: Runner) -> list:
+        """Screen the round's candidates (turn.Candidate) against the best commit's own screen: each
+        that screens lower (or fails) gets its verdict; returns those to train at the full budget.
+        Each candidate's cost grows by its screen's, the first one's by the best's screen too."""
+        incumbent = self.incumbent(best_commit, seed, runner.measure)
+        ready[0].cost_usd += incumbent.compute_usd
+        if incumbent.score is None:
+            log.warning("screen: the best commit's own screen failed (%s); this round trains every candidate "
+                        "at the full budget", incumbent.note)
+            return ready
+        measured = measure_all(runner, [Slot(c.exp, ExpFolder(c.folder.screen), f"exp {c.exp} screen")
+                                        for c in ready], [c.commit for c in ready], seed, self.budget_s)
+        promoted = []
+        for c, m in zip(ready, measured):
+            c.verdict = self.judge(m, incumbent)
+            if c.verdict is None:
+                c.cost_usd += m.compute_usd
+                log.info("exp %d: screen %.3f at %gs, the best's %.3f: training it at the full budget", c.exp,
+                         m.score, self.budget_s, incumbent.score)
+                promoted.append(c)
+        return promoted

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -213,3 +214,12 @@ def wait_until_gone(sleep_arg: str, timeout_s: float = 5.0) -> None:
             return
         assert time.monotonic() < deadline, f"sleep {sleep_arg} survived: {left}"
         time.sleep(0.05)
+
+
+@pytest.fixture
+def restore_signals():
+    """For a test that runs the loop in-process: the SIGINT/SIGTERM handlers it installs are undone."""
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for sig, handler in saved.items():
+        signal.signal(sig, handler)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import signal
 from argparse import Namespace
 from datetime import datetime
 
@@ -46,14 +45,6 @@ class FlakyAgent:
 
     def tell(self, ctx, outcome):
         self.replay.tell(ctx, outcome)
-
-
-@pytest.fixture
-def restore_signals():
-    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    yield
-    for sig, handler in saved.items():
-        signal.signal(sig, handler)
 
 
 def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_signals, capsys):

@@ -21,7 +21,6 @@ from orchestrator.runners.modal_experiment import score_policy, train_archive
 from orchestrator.runners import RunnerSettings
 from orchestrator.setup import start
 from tests.conftest import FAST, read_results, run_daemon, tiny_train_py, write_replay
-from tests.test_loop_units import restore_signals  # noqa: F401,F811  (a fixture, used by name)
 
 
 class FakeCall:

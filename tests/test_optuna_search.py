@@ -13,7 +13,9 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 
 from orchestrator.agents.base import AgentContext, NoMoreProposals, Outcome
-from orchestrator.agents.optuna_agent import WIDEN_EVERY, OptunaAgent, format_value, key_of, read_block
+from orchestrator.agents.hyperparameter_block import format_value, read_block
+from orchestrator.agents.local_search import WIDEN_EVERY, key_of
+from orchestrator.agents.optuna_agent import OptunaAgent
 from tests.conftest import AUTORL_ROOT, FAST, read_results, run_daemon
 
 REAL_TRAIN_PY = (AUTORL_ROOT / "candidate" / "train.py").read_text()

@@ -16,6 +16,8 @@ and `train_failure` judges both alike.
 from __future__ import annotations
 
 import json
+import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Protocol
@@ -203,3 +205,14 @@ def _float(value) -> Optional[float]:
 
 
 StopCheck = Callable[[], bool]
+
+
+def measure_all(runner: Runner, slots: list[Slot], commits: list[str], seed: int,
+                budget_s: Optional[float] = None) -> list[Measurement]:
+    """Train and score a round's candidates, all at once when there are several (--parallel)."""
+    if len(slots) == 1:
+        return [runner.measure(slots[0], commits[0], seed, budget_s)]
+    logging.getLogger("autorl").info("exps %s: training %d candidates at once",
+                                     ", ".join(str(s.exp) for s in slots), len(slots))
+    with ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="candidate") as pool:
+        return list(pool.map(lambda pair: runner.measure(pair[0], pair[1], seed, budget_s), zip(slots, commits)))

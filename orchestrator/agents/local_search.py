@@ -1,0 +1,230 @@
+"""The optuna agent's search: the space of each hyperparameter (derived once from the baseline's
+value) and `LocalSearch`, the Optuna sampler that proposes a neighbour of the best configuration
+(see optuna_agent's docstring for why a local search)."""
+from __future__ import annotations
+
+import ast
+import json
+import math
+import random
+from typing import Optional
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+
+from .hyperparameter_block import FIXED_NAMES, Constant, format_value
+
+# ---------------------------------------------------------------- the search space
+def _around(low: float, high: float, value: float) -> tuple[float, float]:
+    return min(low, value), max(high, value)
+
+
+def _categorical(choices: list, value) -> CategoricalDistribution:
+    return CategoricalDistribution(sorted(set(choices) | {value}))
+
+
+def distribution_for(name: str, value) -> Optional[BaseDistribution]:
+    """A search range around the baseline value (None: the constant stays fixed)."""
+    if name in FIXED_NAMES or "SEED" in name or isinstance(value, str) or value is None:
+        return None
+    if name == "LEARNING_RATE" and isinstance(value, float) and value > 0:
+        return FloatDistribution(*_around(1e-5, 3e-3, value), log=True)
+    if name == "ENT_COEF" and isinstance(value, (int, float)) and value >= 0:
+        return FloatDistribution(*_around(0.0, 0.02, float(value)))
+    if name == "INIT_LOG_STD" and isinstance(value, (int, float)):
+        return FloatDistribution(*_around(-1.5, 0.5, float(value)))
+    if name == "TARGET_KL" and isinstance(value, (int, float)):
+        return _categorical([0.0, 0.01, 0.02, 0.05], float(value))
+    if isinstance(value, bool):
+        return CategoricalDistribution([False, True])
+    if isinstance(value, int):
+        if value >= 2 and value & (value - 1) == 0:  # a power of two stays one
+            return _categorical([max(1, value // 4), value // 2, value * 2, value * 4], value)
+        if value >= 1:
+            return IntDistribution(max(1, value // 3), max(value * 3, value + 2))
+        return None
+    if isinstance(value, float):
+        if value == 0:
+            return None  # no scale to search around
+        if 0.9 <= value < 1:  # discount-like: search the distance to 1
+            return FloatDistribution(max(0.5, 1 - (1 - value) * 4), 1 - (1 - value) / 4)
+        if value > 0:
+            factor = 10 if value < 0.01 else 3
+            return FloatDistribution(value / factor, value * factor, log=True)
+        return FloatDistribution(value * 3, value / 3)
+    return None
+
+
+def search_space(constants: list[Constant], only: Optional[set[str]] = None) -> dict[str, BaseDistribution]:
+    space = {}
+    for const in constants:
+        if only is not None and const.name not in only:
+            continue
+        dist = distribution_for(const.name, const.value)
+        if dist is not None:
+            space[const.name] = dist
+    return space
+
+
+# ---------------------------------------------------------------- the neighbourhood
+WIDEN_EVERY = 4      # trials around one best before the trials may go one constant and one step further
+MAX_RADIUS = 8
+
+
+def key_of(params: dict) -> tuple:
+    """A configuration as it is written into train.py (floats to 4 significant digits)."""
+    return tuple(sorted((name, format_value(value)) for name, value in params.items()))
+
+
+def _rounded(value):
+    return float(f"{value:.4g}") if isinstance(value, float) else value
+
+
+def clip(value, dist: BaseDistribution):
+    """A value inside the distribution (the best's value can be outside the stored range)."""
+    if isinstance(dist, CategoricalDistribution):
+        if value in dist.choices:
+            return value
+        numeric = [c for c in dist.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+        if numeric and isinstance(value, (int, float)):
+            return min(numeric, key=lambda c: abs(c - value))
+        return dist.choices[0]
+    return min(max(value, dist.low), dist.high)
+
+
+def coarse(dist: BaseDistribution) -> bool:
+    """A constant whose smallest move is large (a flag, a power of two, a list of choices): it
+    moves from radius 2 on."""
+    return isinstance(dist, CategoricalDistribution)
+
+
+def neighbour(value, dist: BaseDistribution, steps: int, rng: random.Random, sign: Optional[int] = None):
+    """`value` moved by `steps` half-octaves (up or down: `sign`, else at random) in the constant's own
+    scale, inside its bounds; the same value when no move is possible that way."""
+    sign = sign or rng.choice((-1, 1))
+    if isinstance(dist, CategoricalDistribution):
+        choices = list(dist.choices)
+        if len(choices) == 2 and set(map(type, choices)) == {bool}:
+            return not value
+        if all(isinstance(c, (int, float)) and not isinstance(c, bool) for c in choices):
+            choices.sort()
+        index = choices.index(value) if value in choices else 0
+        jump = max(1, steps // 2)  # neighbouring powers of two are an octave apart: two steps
+        return choices[min(max(index + sign * jump, 0), len(choices) - 1)]
+    if isinstance(dist, IntDistribution):  # sizes: half-octave steps, at least 1
+        moved = int(round(value * 2 ** (sign * steps / 2)))
+        if moved == value:
+            moved = value + sign
+        return int(min(max(moved, dist.low), dist.high))
+    low, high = dist.low, dist.high
+    if not dist.log and 0.5 <= low and high < 1:  # discount-like: half-octave steps of 1 - value
+        moved = 1 - (1 - value) * 2 ** (-sign * steps / 2)
+    elif dist.log:  # rates and other positive scales: half-octave steps
+        moved = value * 2 ** (sign * steps / 2)
+    else:  # signed or zero-based (entropy coefficient, log-std): sixteenths of the range
+        moved = value + sign * steps * (high - low) / 16
+    return min(max(_rounded(moved), low), high)  # (rounded first: a value rounded past a bound is no sample)
+
+
+def _repeat_of_last_keep(trials, centre: dict, space: dict[str, BaseDistribution]) -> Optional[dict]:
+    """`centre` moved again the way the last kept trial moved its centre (a rate x2 again, a discount's
+    distance to 1 halved again), when `centre` is that trial's configuration; else None."""
+    kept = [t for t in trials if t.user_attrs.get("status") == "keep" and t.user_attrs.get("centre")]
+    if not kept or key_of(kept[-1].params) != key_of(centre):
+        return None
+    before = {name: value for name, value in json.loads(kept[-1].user_attrs["centre"])}
+    params, moved = dict(centre), False
+    for name, dist in space.items():
+        if isinstance(dist, CategoricalDistribution) or name not in before:
+            continue
+        old, new = float(ast.literal_eval(before[name])), float(centre[name])
+        if format_value(old) == format_value(centre[name]) or old <= 0 < new or new <= 0 < old:
+            continue
+        if not dist.log and 0.5 <= dist.low and dist.high < 1:  # discount-like: half-octaves of 1 - value
+            sign, steps = (1 if new > old else -1), 2 * abs(math.log2((1 - new) / (1 - old)))
+        elif dist.log or isinstance(dist, IntDistribution):
+            sign, steps = (1 if new > old else -1), 2 * abs(math.log2(new / old))
+        else:
+            sign, steps = (1 if new > old else -1), abs(new - old) / ((dist.high - dist.low) / 16)
+        # the same number of steps (at least one: a move cut short by a range's edge is not repeated shorter)
+        params[name] = neighbour(centre[name], dist, max(1, round(steps)), random.Random(0), sign)
+        moved = moved or format_value(params[name]) != format_value(centre[name])
+    return params if moved else None
+
+
+def widened(space: dict[str, BaseDistribution], best: dict) -> dict[str, BaseDistribution]:
+    """The space with each range the best has reached the edge of extended past it, as far again as
+    distribution_for would reach from there: a start detuned beyond the first range can still walk
+    all the way back."""
+    out = dict(space)
+    for name, dist in space.items():
+        value = best.get(name)
+        if isinstance(dist, CategoricalDistribution) or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        wider = distribution_for(name, value)
+        if wider is None or type(wider) is not type(dist) or wider.log != dist.log:
+            continue
+        # (within the 4 significant digits train.py's block is written with)
+        at_low, at_high = value <= dist.low * (1 + 1e-3), value >= dist.high * (1 - 1e-3)
+        if at_low or at_high:
+            low = min(dist.low, wider.low) if at_low else dist.low
+            high = max(dist.high, wider.high) if at_high else dist.high
+            out[name] = type(dist)(low, high, log=dist.log)
+    return out
+
+
+class LocalSearch(optuna.samplers.BaseSampler):
+    """Optuna sampler: a neighbour of the best configuration (`centre`, set before each ask) not
+    tried before in the study. Trials around the same centre so far set the radius: 1 + that
+    count // WIDEN_EVERY; a trial changes 1 to radius constants, each by 1 to radius steps, coarse
+    constants only from radius 2 (a radius with no new neighbour left widens to the next).
+    `space` (name -> distribution) is what may change; the agent sets both before asking."""
+
+    def __init__(self, seed: Optional[int] = None):
+        self.rng = random.Random(seed)
+        self.space: dict[str, BaseDistribution] = {}
+        self.centre: dict = {}
+        self.last: dict = {}      # what the last sample_relative did: radius, changed names
+
+    def reseed_rng(self) -> None:
+        self.rng.seed()
+
+    def infer_relative_search_space(self, study, trial) -> dict[str, BaseDistribution]:
+        return dict(self.space)
+
+    def sample_relative(self, study, trial, search_space: dict[str, BaseDistribution]) -> dict:
+        if not search_space:
+            return {}
+        centre = {n: clip(self.centre[n], d) for n, d in search_space.items()}
+        centre_key = json.dumps(key_of(centre))
+        trials = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+        tried = {key_of(t.params) for t in trials if set(t.params) == set(search_space)}
+        tried.add(key_of(centre))
+        around = sum(1 for t in trials if t.user_attrs.get("centre") == centre_key)
+        # Momentum: the first trial around a best that a keep just made repeats the move that won
+        # (a detuned constant is often several steps from where it should be).
+        again = _repeat_of_last_keep(trials, centre, search_space) if around == 0 else None
+        if again is not None and key_of(again) not in tried:
+            changed = [n for n in sorted(again) if format_value(again[n]) != format_value(centre[n])]
+            self.last = {"centre": centre_key, "radius": 1, "changed": changed, "momentum": True}
+            return again
+        radius = min(MAX_RADIUS, 1 + around // WIDEN_EVERY)
+        while radius <= MAX_RADIUS:
+            names = sorted(n for n in search_space if radius >= 2 or not coarse(search_space[n]))
+            for _ in range(200 if names else 0):
+                count = self.rng.randint(1, min(len(names), radius))
+                params = dict(centre)
+                for name in self.rng.sample(names, count):
+                    steps = self.rng.randint(1, radius)
+                    params[name] = neighbour(centre[name], search_space[name], steps, self.rng)
+                if key_of(params) not in tried:
+                    changed = [n for n in sorted(params) if format_value(params[n]) != format_value(centre[n])]
+                    self.last = {"centre": centre_key, "radius": radius, "changed": changed}
+                    return params
+            radius += 1
+        self.last = {"centre": centre_key, "radius": radius, "changed": [], "exhausted": True}
+        return centre  # every neighbour was tried: the agent sees no change
+
+    def sample_independent(self, study, trial, param_name, param_distribution):
+        """Only for a constant outside the space given: it keeps the best's value."""
+        return clip(self.centre[param_name], param_distribution)
