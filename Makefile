@@ -20,10 +20,12 @@ demo: install
 	$(PY) -m orchestrator report
 
 # one worker per core: most tests wait on real subprocesses (training budgets, timeouts), so two
-# workers on 2 cores halve the wall time; PYTEST_WORKERS=0 runs them in one process
+# workers on 2 cores halve the wall time; PYTEST_WORKERS=0 runs them in one process. worksteal: a
+# worker that runs out of tests takes some of the other's queue (plain load scheduling left one
+# worker alone on its share for the last minutes)
 PYTEST_WORKERS ?= auto
 test: install
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS)
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
 clean:
 	rm -rf $(VENV) .pytest_cache

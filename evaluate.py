@@ -381,6 +381,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", help="also write the JSON result here")
     parser.add_argument("--workers", type=int, default=None, help="processes (default: one per core)")
     args = parser.parse_args(argv)
+    # A batch of at most 16 observations gains nothing from intra-op threads, which only spin: one
+    # thread per process, as in the workers (this process plays the episodes when --workers is 1).
+    import torch
+
+    torch.set_num_threads(1)
     try:
         check_env_frozen(args.env)
         result = evaluate_policy(args.policy, args.env, args.episodes, args.seed, workers=args.workers)

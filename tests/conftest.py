@@ -80,13 +80,31 @@ def _copy_if_present(name: str, dest: Path) -> None:
         shutil.copyfile(source, dest / name)
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "long: a whole night of the daemon or more (30 s to 4 min on 2 cores); "
+                                       "collected first, see pytest_collection_modifyitems")
+
+
+def pytest_collection_modifyitems(items):
+    """Long tests first: pytest-xdist's workers take tests from the front of their queues and steal
+    from the back of each other's (`--dist worksteal`), so the long ones start early and the short
+    ones fill the end, rather than one worker running a long test alone while the other idles."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(scope="session", autouse=True)
-def user_verify_cache(tmp_path_factory):
+def user_verify_cache(tmp_path_factory, worker_id):
     """The user-level verdict cache of every run the tests start (never the real ~/.cache): one per
-    session, so the shipped translations are verified and benchmarked once, not by every test."""
+    test session, shared by its pytest-xdist workers (its records are written atomically, as for a
+    user's concurrent runs), so the shipped translations are verified and benchmarked once, not by
+    every test or every worker."""
     from orchestrator.usercache import USER_CACHE_ENV
 
-    path = tmp_path_factory.mktemp("user-verify-cache")
+    if worker_id == "master":
+        path = tmp_path_factory.mktemp("user-verify-cache")
+    else:  # each worker's base folder is pytest-N/popen-gwK: pytest-N is the session's
+        path = tmp_path_factory.getbasetemp().parent / "user-verify-cache"
+        path.mkdir(exist_ok=True)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(USER_CACHE_ENV, str(path))
         yield path

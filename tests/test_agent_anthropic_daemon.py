@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import git
+import pytest
 
 from tests.conftest import FAST, read_results, run_daemon, tiny_train_py
 from tests.fake_anthropic import (FakeAnthropic, overloaded, result_text, tool_results, tool_turn,
@@ -19,6 +20,7 @@ CANARY = "canary-5e1d9"
 DUMP_ENV = "\nimport json\nprint('ENVIRONMENT-DUMP ' + json.dumps(dict(os.environ)))\n"
 
 
+@pytest.mark.long
 def test_an_anthropic_experiment_is_kept_and_the_run_stops_at_max_cost(autorl_repo):
     repo = autorl_repo(train_py=tiny_train_py(BIAS=5.0) + DUMP_ENV)   # BIAS 5.0: the pole falls
     evaluate_before = (repo / "evaluate.py").read_text()

@@ -148,6 +148,7 @@ COLUMN_FOUR_TRAIN_PY = textwrap.dedent('''\
 ''')
 
 
+@pytest.mark.long
 def test_a_buggy_create_is_repaired_committed_and_trained(autorl_repo, tmp_path):
     repo = autorl_repo()  # the shipped train.py: it must train on the created env through make_vec_env
     main = git.Repo(repo)
@@ -234,6 +235,7 @@ def test_changing_the_env_folder_makes_scoring_refuse(autorl_repo, tmp_path):
     assert not (run_dir / "exp-0002" / "eval.json").exists()
 
 
+@pytest.mark.long
 def test_a_corridor_is_created_after_its_paths_and_imports_are_repaired(autorl_repo, tmp_path):
     repo = autorl_repo()
     shipped_train = (repo / "candidate" / "train.py").read_text()

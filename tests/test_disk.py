@@ -55,6 +55,7 @@ def whole_lines(path) -> bool:
     return text.endswith("\n") and all(len(line.split("\t")) == len(COLUMNS) for line in text.splitlines())
 
 
+@pytest.mark.long
 def test_an_experiment_that_writes_too_much_is_stopped_and_its_ballast_removed(small_results, tmp_path):
     repo = small_results
     replay = write_replay(tmp_path / "replay", {
@@ -84,6 +85,7 @@ def wait_for(predicate, proc, timeout=120, what=""):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.long
 def test_a_disk_filled_from_outside_is_waited_out(small_results, tmp_path):
     repo = small_results
     run_dir = repo / "results" / TAG

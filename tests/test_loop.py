@@ -11,6 +11,7 @@ import json
 import os
 
 import git
+import pytest
 
 from tests.conftest import FAST, TINY_TRAIN_PY, processes_of, read_results, run_daemon, tiny_train_py, write_replay
 
@@ -70,6 +71,7 @@ _lie = {LYING_HARNESS!r}
 """
 
 
+@pytest.mark.long
 def test_replay_night_covers_every_status(autorl_repo, tmp_path):
     repo = autorl_repo(TINY_TRAIN_PY)
     original_harness = (repo / "evaluate.py").read_bytes()

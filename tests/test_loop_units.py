@@ -47,6 +47,7 @@ class FlakyAgent:
         self.replay.tell(ctx, outcome)
 
 
+@pytest.mark.long
 def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_signals, capsys):
     # Baseline: seed 1 scores ~145, seed 2 ~260: best is their mean (~200); one pair: sigma ~80.
     repo = autorl_repo(seed_dependent({1: 1.0, 2: 0.5}))

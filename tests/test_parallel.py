@@ -8,6 +8,7 @@ import signal
 import time
 
 import git
+import pytest
 
 from tests.conftest import FAST, all_dead, processes_of, read_results, run_daemon, start_daemon, tiny_train_py, write_replay
 
@@ -38,6 +39,7 @@ def hanging(bias: float) -> str:
     return tiny_train_py(BIAS=bias).replace("out = Path(", HANG + "\nout = Path(", 1)
 
 
+@pytest.mark.long
 def test_two_candidates_per_round_train_together_and_the_better_is_kept(autorl_repo, tmp_path):
     repo = autorl_repo(tiny_train_py(BIAS=1.0))
     replay = write_replay(tmp_path / "replay", {

@@ -146,6 +146,7 @@ def night(tmp_path_factory):
     return repo
 
 
+@pytest.mark.long
 def test_report_after_a_replay_run(night):
     proc = run_daemon(night, "report", "--tag", TAG)
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -283,6 +284,7 @@ def network_requests(events: list[dict]) -> list[str]:
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (/usr/bin/chromium; CI installs it: "
                                                  "apt-get install chromium)")
+@pytest.mark.long  # beside test_report_after_a_replay_run, on the same worker: one night for both
 def test_report_renders_in_headless_chromium(night, tmp_path):
     from PIL import Image
 

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import git
+import pytest
 
 from orchestrator.config import default_tag
 from orchestrator.daemon import lock_holder
@@ -50,6 +51,7 @@ def _stop(proc: subprocess.Popen, log: Path) -> None:
             proc.kill()
 
 
+@pytest.mark.long
 def test_schedule(autorl_repo, tmp_path):
     """Two schedulers in two checkouts at once (so the minute's wait is spent on the second): one with
     --at the next minute, one with a night every 3 s to overlap nights and stop one in flight."""

@@ -3,6 +3,8 @@ promising ones train at the full budget, and only full-budget runs are kept. res
 which budget each score was measured."""
 import json
 
+import pytest
+
 from orchestrator.ledger import Ledger
 from orchestrator.results import HEADER, ResultsFile
 from tests.conftest import FAST, read_results, run_daemon, tiny_train_py, write_replay
@@ -14,6 +16,7 @@ def said_budget(bias: float) -> str:
         'print("---")', 'print("given budget:", os.environ["AUTORL_TIME_BUDGET"])\nprint("---")')
 
 
+@pytest.mark.long
 def test_a_worse_candidate_stops_at_its_screen_and_a_better_one_is_kept_on_full_budget_runs(autorl_repo, tmp_path):
     repo = autorl_repo(train_py=said_budget(1.0))  # the pole for ~145 steps
     replay = write_replay(tmp_path / "replay", {

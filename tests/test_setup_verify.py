@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import git
+import pytest
 
 from orchestrator.usercache import USER_CACHE_ENV, user_cache_dir
 from tests.conftest import FAST, read_results, run_daemon
@@ -50,6 +51,7 @@ def train_summary(train_log) -> dict:
     return dict(line.split(": ", 1) for line in tail.splitlines() if ": " in line)
 
 
+@pytest.mark.long
 def test_setup_verifies_what_ships_reuses_it_next_time_and_falls_back_from_a_broken_translation(
         autorl_repo, tmp_path):
     repo, user_cache = autorl_repo(), tmp_path / "fresh-user-cache"  # nothing verified yet

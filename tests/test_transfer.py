@@ -3,11 +3,13 @@ transfer.tsv/png written, the report shows them, and a second call trains nothin
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from orchestrator.transfer_table import COLUMNS, read_rows
 from tests.conftest import FAST, TINY_TRAIN_PY, run_daemon, tiny_train_py, write_replay
 
 
+@pytest.mark.long
 def test_transfer_to_two_envs_and_resume(autorl_repo, tmp_path):
     # The tiny controller reads obs[:, :4] and answers 0/1: a valid policy on CartPole and Acrobot.
     repo = autorl_repo(TINY_TRAIN_PY)

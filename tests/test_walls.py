@@ -93,6 +93,7 @@ def listener():
     server.close()
 
 
+@pytest.mark.long
 @pytest.mark.skipif(not probe()[0], reason=f"no sandbox on this machine: {probe()[1]}")
 def test_inside_the_sandbox_every_attack_fails_and_the_score_is_honest(autorl_repo, tmp_path, listener):
     repo = autorl_repo(tiny_train_py(BIAS=1.0))
