@@ -13,6 +13,11 @@ container; after every experiment results/<tag>/ and branch autorl/<tag> are sav
     modal run --detach modal_app.py::night --env-id ENV [--tag TAG] [--run-args "--until 07:00 --agent optuna"]
                                             [--secret NAME] [--tz Europe/Paris] [--no-wait]
 
+Before the first night, does a GPU container train on its GPU (the driver, what torch and JAX
+see, the shipped train.py for 20 s on CartPole on each path and the device each used)?
+
+    modal run modal_app.py::doctor [--gpu H100]
+
 The image, the app and its functions are declared in orchestrator/runners/modal_functions.py
 (AUTORL_MODAL_GPU / AUTORL_MODAL_CPU set the train containers); the work they do is plain Python
 in orchestrator/runners/modal_experiment.py and modal_night.py. Importing this module makes no
@@ -27,7 +32,9 @@ import modal
 from orchestrator.config import default_tag
 from orchestrator.modal_support import VOLUME_NAME
 from orchestrator.runners.modal_experiment import one_experiment
-from orchestrator.runners.modal_functions import TRAIN_CPU, TRAIN_GPU, app, configured, night_daemon
+from orchestrator.runners.modal_doctor import format_report
+from orchestrator.runners.modal_experiment import git_archive
+from orchestrator.runners.modal_functions import TRAIN_CPU, TRAIN_GPU, app, configured, gpu_doctor, night_daemon
 from orchestrator.runners.modal_night import checkout_bundle, daemon_command, local_timezone
 
 ROOT = Path(__file__).resolve().parent
@@ -70,3 +77,22 @@ def start_night(env_id: str = "BipedalWalker-v3", tag: str = "", run_args: str =
 # app, so that plain `modal run modal_app.py` still has a single module-level entrypoint (main).
 night = modal.App("autorl-night")
 night.local_entrypoint(name="start")(start_night)
+
+
+def check_gpu(gpu: str = "", budget: float = 20.0):
+    """Does a train container train on its GPU? Prints the driver, what torch and JAX see (and the
+    CUDA major each is built for), and this checkout's train.py (HEAD) trained on CartPole for
+    --budget seconds on the host path and on the jax-e2e path, with the device each used; exits 1
+    on any problem. --gpu: the GPU type (default AUTORL_MODAL_GPU)."""
+    function = gpu_doctor.with_options(gpu=gpu or TRAIN_GPU, cpu=TRAIN_CPU)
+    print(f"GPU {gpu or TRAIN_GPU}: building the image (minutes the first time), then about two minutes ...")
+    with app.run():  # (modal run shows Modal's output: the image build and its log)
+        report = function.remote(git_archive(ROOT), budget)
+    print(format_report(report))
+    if report["problems"]:
+        raise SystemExit(1)
+
+
+# `modal run modal_app.py::doctor`: like night, one entrypoint of its own small app.
+doctor = modal.App("autorl-doctor")
+doctor.local_entrypoint(name="check")(check_gpu)

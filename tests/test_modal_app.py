@@ -21,7 +21,7 @@ from modal.types import FileEntry, FileEntryType
 from orchestrator.modal_support import (BUNDLE_NAME, check_modal_reachable, modal_credentials_problem,
                                         write_branch_bundle)
 from orchestrator.pull import PullError, pull
-from orchestrator.runners import modal_experiment, modal_functions, modal_night
+from orchestrator.runners import modal_doctor, modal_experiment, modal_functions, modal_night
 from tests.conftest import AUTORL_ROOT, PYTHON, tiny_train_py
 
 HARNESS = (AUTORL_ROOT / "evaluate.py").read_bytes()
@@ -61,7 +61,8 @@ def test_import_is_offline_and_fast(tmp_path):
 @pytest.mark.skipif(not MODAL_CLI.exists(), reason="the modal CLI is not installed next to this python")
 def test_modal_run_help_lists_the_options(tmp_path):
     for ref, options in (("modal_app.py", ("--env-id", "--budget", "--seed", "--episodes", "--gpu", "--cpu")),
-                         ("modal_app.py::night", ("--env-id", "--tag", "--run-args", "--secret"))):
+                         ("modal_app.py::night", ("--env-id", "--tag", "--run-args", "--secret")),
+                         ("modal_app.py::doctor", ("--gpu", "--budget"))):
         proc = subprocess.run([str(MODAL_CLI), "run", ref, "--help"], cwd=AUTORL_ROOT, env=offline_env(tmp_path),
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -91,6 +92,79 @@ def test_the_image_sources_are_checked_before_a_run(tmp_path, monkeypatch):
     (tmp_path / "evaluate.py").write_text("")
     problem = modal_functions.image_problem()
     assert "pyproject.toml" in problem and "evaluate.py" not in problem and "\n" not in problem
+
+
+@pytest.mark.skipif(not MODAL_CLI.exists(), reason="the modal CLI is not installed next to this python")
+def test_doctor_without_a_token_fails_in_one_line_naming_modal_token_new(tmp_path):
+    proc = subprocess.run([str(MODAL_CLI), "run", "modal_app.py::doctor"], cwd=AUTORL_ROOT, env=offline_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert len(lines) == 1 and "modal token new" in lines[0], lines
+
+
+def test_the_image_has_one_cuda_major_for_torch_and_jax():
+    """torch's CUDA major is stated for the pinned torch (a bump must say which it is), JAX's CUDA
+    plugin is asked for that major, the installed jax offers it, and Modal's torch is the Makefile's."""
+    import importlib.metadata
+
+    version = modal_functions.TORCH_SPEC.split("==")[1]
+    major = modal_functions.TORCH_CUDA_MAJORS[version]
+    assert modal_functions.CUDA_MAJOR == major and modal_functions.JAX_CUDA_SPEC == f"jax[cuda{major}]"
+    assert f"cuda{major}" in importlib.metadata.metadata("jax").get_all("Provides-Extra")
+    assert f"TORCH_SPEC ?= {modal_functions.TORCH_SPEC}" in (AUTORL_ROOT / "Makefile").read_text()
+
+
+def test_doctor_problems_name_what_keeps_a_night_off_the_gpu():
+    def report(**changes):
+        good = {"driver": "NVIDIA H100 80GB HBM3, 580.65.06, 81559 MiB",
+                "torch": {"version": "2.13.0", "cuda": "13.0", "cuda_major": 13, "gpu": True, "device": "NVIDIA H100"},
+                "jax": {"version": "0.10.2", "backend": "gpu", "devices": ["cuda:0"],
+                        "plugins": ["jax-cuda13-plugin 0.10.2"], "cuda_majors": [13]},
+                "env_id": "CartPole-v1", "budget_s": 20.0,
+                "host": {"path": "host", "device": "cuda", "trained": True, "returncode": 0, "log_tail": "",
+                         "env_steps": 100000, "sps": 5000, "compile_seconds": None, "episode_return": 500.0},
+                "verify": {"passed": True, "summary": "PASS"},
+                "jax_e2e": {"path": "jax-e2e", "device": "gpu (cuda:0)", "trained": True, "returncode": 0,
+                            "log_tail": "", "env_steps": 9000000, "sps": 450000, "compile_seconds": "3.10",
+                            "episode_return": 500.0}}
+        for key, value in changes.items():
+            good[key] = good[key] | value
+        return good
+
+    assert modal_doctor.problems(report()) == []
+    assert "ok: torch and JAX both train on the GPU" in modal_doctor.format_report(report() | {"problems": []})
+    two = modal_doctor.problems(report(jax={"plugins": ["jax-cuda12-plugin 0.10.2"], "cuda_majors": [12]}))
+    assert len(two) == 1 and "two CUDA majors" in two[0] and "13.0" in two[0]
+    on_cpu = modal_doctor.problems(report(torch={"gpu": False}, host={"device": "cpu"}))
+    assert any("does not see a GPU" in line for line in on_cpu)
+    assert any("host path trained on cpu" in line for line in on_cpu)
+    assert "jax-e2e path trained on cpu" in modal_doctor.problems(report(jax_e2e={"device": "cpu"}))[0]
+    assert "not jax-e2e" in modal_doctor.problems(report(jax_e2e={"path": "host"}))[0]
+
+
+@pytest.mark.long
+def test_doctor_reports_what_this_machine_trains_on(autorl_repo):
+    """gpu_doctor's work, run here: the shipped train.py on each path, each saying its device (on a
+    machine without a GPU, that is the problem the doctor reports)."""
+    import jax
+    import torch
+
+    report = modal_doctor.diagnose(archive_of(autorl_repo()), budget=8)
+    assert report["host"]["trained"] and report["host"]["path"] == "host"
+    assert report["verify"]["passed"], report["verify"]
+    assert report["jax_e2e"]["trained"] and report["jax_e2e"]["path"] == "jax-e2e"
+    assert jax.default_backend() in report["jax_e2e"]["device"].lower()
+    text = modal_doctor.format_report(report)
+    assert "path host" in text and "path jax-e2e" in text
+    if torch.cuda.is_available():
+        assert report["host"]["device"].startswith("cuda")
+    else:
+        assert report["host"]["device"] == "cpu" and report["torch"]["gpu"] is False
+        assert any("torch" in line and "does not see a GPU" in line for line in report["problems"])
+        assert "PROBLEM: " in text
+    if jax.default_backend() != "gpu":
+        assert any("JAX" in line and "not a GPU" in line for line in report["problems"])
 
 
 # ---------------------------------------------------------------- train_experiment / evaluate_policy

@@ -35,7 +35,7 @@ class HarnessFailed(RuntimeError):
 
 
 # ---------------------------------------------------------------- train
-def _extract(archive: bytes, dest: Path) -> None:
+def extract_archive(archive: bytes, dest: Path) -> None:
     """A `git archive --format=tar.gz` into `dest`; members that would land outside are refused."""
     with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
         try:
@@ -75,7 +75,7 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
         checkout, out_dir, log_path = Path(tmp) / "checkout", Path(tmp) / "out", Path(tmp) / "train.log"
         checkout.mkdir()
         out_dir.mkdir()
-        _extract(archive, checkout)
+        extract_archive(archive, checkout)
         env = scrubbed_env({**train_env(out_dir, env_id, budget, seed), **(extra_env or {})})
         proc = run_group([sys.executable, TRAIN_SCRIPT], checkout, env, log_path, budget + grace, should_stop)
         log, log_bytes = _log_tail_bytes(log_path, log_cap)
@@ -138,7 +138,7 @@ def score_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: str
 
 
 # ---------------------------------------------------------------- both, for `modal run modal_app.py`
-def _git_archive(root: Path) -> bytes:
+def git_archive(root: Path) -> bytes:
     import git
 
     repo = git.Repo(root)
@@ -163,7 +163,7 @@ def one_experiment(fns, root: Path, env_id: str, budget: float, seed: int, episo
     `fns` is a modal_functions.ModalFunctions (anything whose two members have `.remote`)."""
     budget = budget or _time_budget(root)
     print(f"training HEAD of {root} on {env_id} for {budget:g}s (seed {seed}) ...")
-    run = fns.train.remote(_git_archive(root), env_id, budget, seed)
+    run = fns.train.remote(git_archive(root), env_id, budget, seed)
     print("\n".join(run["log"].splitlines()[-15:]))
     metrics = run["metrics"]
     print(f"train: returncode {run['returncode']}, {run['wall_s']:.1f}s, timed out {run['timed_out']}, "

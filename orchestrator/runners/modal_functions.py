@@ -22,12 +22,20 @@ from typing import NamedTuple, Optional
 import modal
 
 from ..modal_support import VOLUME_NAME, eval_cpu
+from .modal_doctor import DOCTOR_BUDGET_S, diagnose
 from .modal_experiment import EVAL_TIMEOUT_S, score_policy, train_archive
 from .modal_night import DEFAULT_IDENTITY, FUNCTION_IDS_ENV, run_night
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout this package is part of: the image is built from it
 IMAGE_FILES = ("pyproject.toml", "evaluate.py")
 TORCH_SPEC = "torch==2.13.0"  # as the Makefile; PyPI's Linux wheel of torch is the CUDA build
+# The CUDA major PyPI's Linux wheel of each pinned torch is built for (its metadata requires
+# cuda-toolkit==13.0.3 and nvidia-cudnn-cu13): JAX's CUDA plugin must be built for the same one, so
+# that the image holds one CUDA stack (jax-cuda13-plugin's nvidia-*-cu13 requirements are met by
+# torch's), and the GPU's driver must support it (CUDA 13: driver >= 580; `doctor` prints it).
+TORCH_CUDA_MAJORS = {"2.13.0": 13}
+CUDA_MAJOR = TORCH_CUDA_MAJORS[TORCH_SPEC.split("==")[1]]
+JAX_CUDA_SPEC = f"jax[cuda{CUDA_MAJOR}]"  # the CUDA plugin of the jax pyproject.toml installed
 
 TRAIN_GPU = os.environ.get("AUTORL_MODAL_GPU", "H100")
 TRAIN_CPU = float(os.environ.get("AUTORL_MODAL_CPU", 8))
@@ -42,7 +50,7 @@ image = (
     .apt_install("swig", "build-essential", "git", "tzdata")  # swig + compilers: Box2D
     .pip_install(TORCH_SPEC)
     .pip_install_from_pyproject(str(ROOT / "pyproject.toml"))  # torch>=2.4 is then already met
-    .pip_install("jax[cuda12]")                                 # the CUDA plugin of the jax just installed
+    .pip_install(JAX_CUDA_SPEC)                                 # the CUDA plugin of the jax just installed
     .env({"PYTHONUNBUFFERED": "1"})
     .add_local_python_source("orchestrator", "envs_fast")
     .add_local_file(ROOT / "evaluate.py", "/root/evaluate.py")
@@ -75,6 +83,13 @@ def evaluate_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: 
     """Score a policy artifact with the trusted harness (checked against its sha256) on CPUs."""
     return score_policy(harness, harness_sha256, policy, env_id, seed, episodes, policy_name,
                         workers=max(1, int(EVAL_CPU)))  # (the host's core count is not the container's share)
+
+
+@app.function(gpu=TRAIN_GPU, cpu=TRAIN_CPU, timeout=1800, block_network=True, restrict_modal_access=True)
+def gpu_doctor(archive: bytes, budget: float = DOCTOR_BUDGET_S) -> dict:
+    """The driver, what torch and JAX see, and the commit's train.py on CartPole on each path, in a
+    train container (modal_doctor.diagnose)."""
+    return diagnose(archive, budget=budget)
 
 
 @app.function(cpu=NIGHT_CPU, timeout=NIGHT_TIMEOUT_S, volumes={RESULTS_MOUNT: results_volume})

@@ -1,0 +1,163 @@
+"""Does a Modal GPU container train on its GPU? What `modal run modal_app.py::doctor` runs there, as
+plain Python: the driver, what torch and JAX see (and the CUDA major each was built for), then the
+checkout's train.py for a short budget on CartPole on each path (the host path, torch stepping a
+host env; the jax-e2e path, after verifying the shipped JAX translation there), each saying which
+device it trained on.
+
+Nothing here imports modal: `gpu_doctor` of modal_functions.py calls `diagnose`, and tests call it
+directly (on a machine without a GPU it reports exactly that, as problems).
+"""
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+from ..processes import scrubbed_env
+from .modal_experiment import extract_archive, train_archive
+
+DOCTOR_ENV = "CartPole-v1"   # a shipped JAX translation exists for it, so both paths can run
+DOCTOR_BUDGET_S = 20.0
+VERIFY_TIMEOUT_S = 900
+
+
+def driver() -> str:
+    """The NVIDIA driver and GPU, as nvidia-smi reports them, or why it could not."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"no nvidia-smi ({exc.__class__.__name__}: {exc})"
+    return (out.stdout.strip() or out.stderr.strip() or f"nvidia-smi exited with {out.returncode}").replace("\n", "; ")
+
+
+def _major(version: Optional[str]) -> Optional[int]:
+    match = re.match(r"(\d+)", version or "")
+    return int(match.group(1)) if match else None
+
+
+def torch_view() -> dict:
+    import torch
+
+    view = {"version": torch.__version__, "cuda": torch.version.cuda, "cuda_major": _major(torch.version.cuda),
+            "gpu": torch.cuda.is_available()}
+    if view["gpu"]:
+        view["device"] = torch.cuda.get_device_name(0)
+    return view
+
+
+def jax_cuda_plugins() -> list[str]:
+    """The installed JAX CUDA plugins, e.g. ["jax-cuda13-plugin 0.10.2"]."""
+    found = set()
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata.get("Name") or "").lower().replace("_", "-")
+        if re.fullmatch(r"jax-cuda\d+-plugin", name):
+            found.add(f"{name} {dist.version}")
+    return sorted(found)
+
+
+def jax_view() -> dict:
+    import jax
+
+    plugins = jax_cuda_plugins()
+    majors = sorted({int(re.search(r"cuda(\d+)", p).group(1)) for p in plugins})
+    try:
+        devices = [str(d) for d in jax.devices()]
+        backend = jax.default_backend()
+    except RuntimeError as exc:  # a CUDA plugin that cannot start says why here
+        devices, backend = [f"error: {exc}".splitlines()[0]], "none"
+    return {"version": jax.__version__, "backend": backend, "devices": devices, "plugins": plugins,
+            "cuda_majors": majors}
+
+
+def _verify_shipped(archive: bytes, env_id: str, cache: Path) -> tuple[bool, str]:
+    """Verify (L1-L3) the archive's JAX translation of `env_id` into the verdict cache `cache`."""
+    from envs_fast.protocol import translation_path
+
+    with tempfile.TemporaryDirectory(prefix="autorl-doctor-") as tmp:
+        checkout = Path(tmp)
+        extract_archive(archive, checkout)
+        spec = translation_path(env_id, checkout)
+        if not spec.is_file():
+            return False, f"the checkout ships no JAX translation of {env_id}"
+        proc = subprocess.run([sys.executable, "-m", "envs_fast.verify", "--env", env_id, "--backend",
+                               str(spec.relative_to(checkout)), "--levels", "1,2,3"], cwd=checkout,
+                              env=scrubbed_env({"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}),
+                              capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S)
+        lines = (proc.stdout + proc.stderr).strip().splitlines()
+        return proc.returncode == 0, (lines[0] if lines else f"verify exited with {proc.returncode}")
+
+
+def _train(archive: bytes, env_id: str, budget: float, extra_env: Optional[dict] = None) -> dict:
+    result = train_archive(archive, env_id, budget, seed=1, extra_env=extra_env)
+    metrics = result["metrics"]
+    return {key: metrics.get(key) for key in ("path", "device", "backend", "env_steps", "sps", "compile_seconds",
+                                              "episode_return")} | {
+        "returncode": result["returncode"], "trained": result["returncode"] == 0 and result["policy"] is not None,
+        "log_tail": "\n".join(result["log"].strip().splitlines()[-5:])}
+
+
+def diagnose(archive: bytes, env_id: str = DOCTOR_ENV, budget: float = DOCTOR_BUDGET_S) -> dict:
+    """Everything the doctor looks at, in the container it runs in."""
+    report = {"driver": driver(), "torch": torch_view(), "jax": jax_view(), "env_id": env_id, "budget_s": budget}
+    report["host"] = _train(archive, env_id, budget)
+    with tempfile.TemporaryDirectory(prefix="autorl-doctor-cache-") as cache:
+        passed, summary = _verify_shipped(archive, env_id, Path(cache))
+        report["verify"] = {"passed": passed, "summary": summary}
+        if passed:
+            report["jax_e2e"] = _train(archive, env_id, budget, {"AUTORL_VERIFY_CACHE": cache})
+    report["problems"] = problems(report)
+    return report
+
+
+def problems(report: dict) -> list[str]:
+    """What keeps a night from using the GPU, one line each; empty when both paths trained on it."""
+    found = []
+    torch_, jax_ = report["torch"], report["jax"]
+    if not torch_["gpu"]:
+        found.append(f"torch {torch_['version']} (CUDA {torch_['cuda']}) does not see a GPU")
+    if jax_["backend"] != "gpu":
+        found.append(f"JAX {jax_['version']} runs on {jax_['backend']} ({', '.join(jax_['devices'])}), not a GPU")
+    if torch_["cuda_major"] and jax_["cuda_majors"] and jax_["cuda_majors"] != [torch_["cuda_major"]]:
+        found.append(f"two CUDA majors: torch is built for CUDA {torch_['cuda']}, JAX's plugins are "
+                     f"{', '.join(jax_['plugins'])}")
+    host = report["host"]
+    if not host["trained"]:
+        found.append(f"the host path did not train (exit {host['returncode']}): {host['log_tail'][-300:]}")
+    elif not str(host["device"] or "").startswith("cuda"):
+        found.append(f"the host path trained on {host['device']}, not the GPU")
+    if not report["verify"]["passed"]:
+        found.append(f"the shipped JAX translation did not verify here: {report['verify']['summary']}")
+    else:
+        e2e = report["jax_e2e"]
+        if not e2e["trained"]:
+            found.append(f"the jax-e2e path did not train (exit {e2e['returncode']}): {e2e['log_tail'][-300:]}")
+        elif e2e["path"] != "jax-e2e":
+            found.append(f"with a verified JAX translation training took the {e2e['path']} path, not jax-e2e")
+        elif "gpu" not in str(e2e["device"] or "").lower() and "cuda" not in str(e2e["device"] or "").lower():
+            found.append(f"the jax-e2e path trained on {e2e['device']}, not the GPU")
+    return found
+
+
+def format_report(report: dict) -> str:
+    t, j = report["torch"], report["jax"]
+    lines = [f"driver:  {report['driver']}",
+             f"torch:   {t['version']}, built for CUDA {t['cuda']}, sees "
+             f"{t.get('device') or 'no GPU'}",
+             f"jax:     {j['version']} on {j['backend']} ({', '.join(j['devices'])}); CUDA plugins: "
+             f"{', '.join(j['plugins']) or 'none'}"]
+    runs = [("host", report["host"])]
+    lines.append(f"verify:  {'passed' if report['verify']['passed'] else 'FAILED'}: {report['verify']['summary']}")
+    if "jax_e2e" in report:
+        runs.append(("jax-e2e", report["jax_e2e"]))
+    for name, run in runs:
+        compile_s = f", compile {run['compile_seconds']} s" if run.get("compile_seconds") else ""
+        lines.append(f"{name + ':':8} {report['env_id']} {report['budget_s']:g} s -> path {run['path']} on "
+                     f"{run['device']}: {run['env_steps']} env steps, {run['sps']} sps{compile_s}, "
+                     f"return {run['episode_return']}")
+    lines += [f"PROBLEM: {line}" for line in report["problems"]] or ["ok: torch and JAX both train on the GPU"]
+    return "\n".join(lines)
