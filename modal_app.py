@@ -25,17 +25,18 @@ network call; nothing imports it.
 """
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import modal
 
 from orchestrator.config import default_tag
 from orchestrator.modal_support import VOLUME_NAME
-from orchestrator.runners.modal_experiment import one_experiment
 from orchestrator.runners.modal_doctor import format_report
-from orchestrator.runners.modal_experiment import git_archive
+from orchestrator.runners.modal_experiment import git_archive, one_experiment
 from orchestrator.runners.modal_functions import TRAIN_CPU, TRAIN_GPU, app, configured, gpu_doctor, night_daemon
-from orchestrator.runners.modal_night import checkout_bundle, daemon_command, local_timezone
+from orchestrator.runners.modal_night import (BUILD_LOG_NAME, checkout_bundle, daemon_command, local_timezone,
+                                              output_saved_to)
 
 ROOT = Path(__file__).resolve().parent
 
@@ -60,9 +61,13 @@ def start_night(env_id: str = "BipedalWalker-v3", tag: str = "", run_args: str =
     tag = tag or default_tag(env_id)
     daemon_command(env_id, tag, run_args)  # refuse bad run args before anything is created
     bundle, identity = checkout_bundle(ROOT)
-    with app.run(name=f"autorl night {tag}", detach=True):  # detached: the night outlives this process
-        function = night_daemon.with_options(secrets=[modal.Secret.from_name(secret)]) if secret else night_daemon
-        call = function.spawn(bundle, env_id, tag, run_args, identity, tz or local_timezone())
+    build_log = ROOT / "results" / tag / BUILD_LOG_NAME
+    with contextlib.ExitStack() as night_app:
+        with output_saved_to(build_log):  # the image build (minutes the first time) and its log, kept
+            night_app.enter_context(app.run(name=f"autorl night {tag}", detach=True))  # detached: outlives us
+            function = night_daemon.with_options(secrets=[modal.Secret.from_name(secret)]) if secret else night_daemon
+            call = function.spawn(bundle, env_id, tag, run_args, identity, tz or local_timezone())
+        print(f"the image build's output is in {build_log}")
         print(f"night {tag!r} started on Modal (function call {call.object_id}); results go to the volume "
               f"{VOLUME_NAME} after every experiment.\n"
               f"  bring them home:  python -m orchestrator pull --tag {tag}\n"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from modal.types import FileEntry, FileEntryType
 from orchestrator.modal_support import (BUNDLE_NAME, check_modal_reachable, modal_credentials_problem,
                                         write_branch_bundle)
 from orchestrator.pull import PullError, pull
+from orchestrator.sandbox import probe as sandbox_probe
 from orchestrator.runners import modal_doctor, modal_experiment, modal_functions, modal_night
 from tests.conftest import AUTORL_ROOT, PYTHON, tiny_train_py
 
@@ -341,6 +343,7 @@ def test_clone_bundle_and_restore_run_resume_a_night(autorl_repo, tmp_path):
     assert not modal_night.restore_run(tmp_path / "volume" / "other", clone, "other")
 
 
+@pytest.mark.skipif(not sandbox_probe()[0], reason=f"a night runs with --sandbox require: {sandbox_probe()[1]}")
 def test_run_night_saves_the_run_to_the_volume_folder(autorl_repo, tmp_path, monkeypatch):
     """A short night of the real daemon (local runner here, so no Modal): the volume folder ends with
     the run folder, the branch bundle and the night's log; the same tag again is refused."""
@@ -374,10 +377,60 @@ def test_run_night_saves_the_run_to_the_volume_folder(autorl_repo, tmp_path, mon
 def test_daemon_command():
     cmd = modal_night.daemon_command("Pendulum-v1", "p1", "--until 07:00 --agent optuna")
     assert cmd[1:] == ["-m", "orchestrator", "run", "--env", "Pendulum-v1", "--tag", "p1", "--runner", "modal",
-                       "--until", "07:00", "--agent", "optuna"]
-    assert modal_night.daemon_command("Pendulum-v1", "p1", "--runner local")[-2:] == ["--runner", "local"]
+                       "--until", "07:00", "--agent", "optuna", "--sandbox", "require"]
+    assert modal_night.daemon_command("Pendulum-v1", "p1", "--runner local")[-4:-2] == ["--runner", "local"]
+    assert modal_night.daemon_command("Pendulum-v1", "p1", "--sandbox=require").count("--sandbox") == 0
     with pytest.raises(ValueError, match="--tag"):
         modal_night.daemon_command("Pendulum-v1", "p1", "--tag other")
+    for walls_off in ("--sandbox off", "--sandbox=auto", "--agent optuna --sandbox auto"):
+        with pytest.raises(ValueError, match="--sandbox require"):
+            modal_night.daemon_command("Pendulum-v1", "p1", walls_off)
+
+
+def test_the_output_of_a_nights_start_is_kept_and_still_shown(tmp_path):
+    """What Modal's output manager writes while the image builds (to the process's own stdout and
+    stderr, or from a subprocess) reaches the terminal and results/<tag>/modal-build.log."""
+    log = tmp_path / "results" / "n1" / modal_night.BUILD_LOG_NAME
+    script = (f"import os, subprocess, sys\n"
+              f"from orchestrator.runners.modal_night import output_saved_to\n"
+              f"with output_saved_to({str(log)!r}):\n"
+              f"    print('Building image im-1')\n"
+              f"    sys.stderr.write('=> Step 3: pip install torch\\n')\n"
+              f"    os.write(1, b'raw fd write\\n')\n"
+              f"    subprocess.run(['echo', 'from a child'])\n"
+              f"print('after the build')\n")
+    proc = subprocess.run([PYTHON, "-c", script], cwd=AUTORL_ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    kept = log.read_text()
+    for line in ("Building image im-1", "=> Step 3: pip install torch", "raw fd write", "from a child"):
+        assert line in kept and line in proc.stdout
+    assert "after the build" in proc.stdout and "after the build" not in kept
+
+
+def test_the_night_image_carries_bubblewrap():
+    assert "bubblewrap" in modal_functions.APT_PACKAGES
+
+
+def test_a_night_where_bubblewrap_cannot_sandbox_runs_no_candidate_code(autorl_repo, tmp_path, monkeypatch):
+    """The night container's daemon with no working bwrap (here: none on PATH) stops before its
+    first experiment, saying why in one line, and leaves no result behind."""
+    repo = autorl_repo(train_py=tiny_train_py(BIAS=0.0))
+    bundle = tmp_path / "checkout.bundle"
+    git.Repo(repo).git.bundle("create", str(bundle), "HEAD", "--branches")
+    bin_dir = tmp_path / "bin"  # git only: GitPython needs it, the daemon's python is sys.executable
+    bin_dir.mkdir()
+    (bin_dir / "git").symlink_to(shutil.which("git"))
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("PYTHONPATH", str(AUTORL_ROOT))
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    volume_dir = tmp_path / "volume"
+    rc = modal_night.run_night(bundle.read_bytes(), "CartPole-v1", "n2", "--runner local --max-experiments 0 "
+                               "--budget 2 --no-setup-verify", volume_dir, workdir=tmp_path / "night", poll_s=0.2)
+    log = (volume_dir / "n2" / "night.log").read_text()
+    assert rc != 0, log
+    assert "--sandbox require: bwrap not found" in log, log
+    assert not (volume_dir / "n2" / "results.tsv").exists()
+    assert not list((tmp_path / "night" / "autorl").glob("results/n2/exp-*"))
 
 
 # ---------------------------------------------------------------- credentials

@@ -37,6 +37,10 @@ TORCH_CUDA_MAJORS = {"2.13.0": 13}
 CUDA_MAJOR = TORCH_CUDA_MAJORS[TORCH_SPEC.split("==")[1]]
 JAX_CUDA_SPEC = f"jax[cuda{CUDA_MAJOR}]"  # the CUDA plugin of the jax pyproject.toml installed
 
+# swig + compilers: Box2D; bubblewrap: the night container walls candidate code (verify, bench, the
+# agent's commands) as a local run does, away from the night's secret and the volume's held-out seeds
+APT_PACKAGES = ("swig", "build-essential", "git", "tzdata", "bubblewrap")
+
 TRAIN_GPU = os.environ.get("AUTORL_MODAL_GPU", "H100")
 TRAIN_CPU = float(os.environ.get("AUTORL_MODAL_CPU", 8))
 EVAL_CPU = eval_cpu()
@@ -47,7 +51,7 @@ RESULTS_MOUNT = "/autorl-results"
 
 image = (
     modal.Image.debian_slim(python_version="3.11")
-    .apt_install("swig", "build-essential", "git", "tzdata")  # swig + compilers: Box2D
+    .apt_install(*APT_PACKAGES)
     .pip_install(TORCH_SPEC)
     .pip_install_from_pyproject(str(ROOT / "pyproject.toml"))  # torch>=2.4 is then already met
     .pip_install(JAX_CUDA_SPEC)                                 # the CUDA plugin of the jax just installed

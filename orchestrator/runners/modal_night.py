@@ -8,6 +8,7 @@ these directly over local folders standing for the volume.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -120,13 +121,33 @@ def clone_bundle(bundle: bytes, dest: Path, identity: tuple[str, str] = DEFAULT_
     return dest
 
 
+def _option_values(args: list[str], option: str) -> list[str]:
+    """The values given to `option` in `args` (as `--opt V` or `--opt=V`)."""
+    values = []
+    for i, arg in enumerate(args):
+        if arg == option:
+            values.append(args[i + 1] if i + 1 < len(args) else "")
+        elif arg.startswith(option + "="):
+            values.append(arg.split("=", 1)[1])
+    return values
+
+
 def daemon_command(env_id: str, tag: str, run_args: str) -> list[str]:
+    """The daemon's command line in the night container: --runner modal unless given, and always
+    --sandbox require. The night container holds the --secret, the network and the volume (every
+    run's held-out seed), so candidate code run there (verify, bench, the agent's commands) must be
+    walled or not run at all: the daemon refuses to start where bubblewrap cannot sandbox."""
     args = shlex.split(run_args or "")
     for option in ("--env", "--tag"):
-        if any(a == option or a.startswith(option + "=") for a in args):
+        if _option_values(args, option):
             raise ValueError(f"give {option} as the night's own option (--env-id / --tag), not in --run-args")
-    if not any(a == "--runner" or a.startswith("--runner=") for a in args):
+    if any(mode != "require" for mode in _option_values(args, "--sandbox")):
+        raise ValueError("a night on Modal always runs with --sandbox require (its container holds the secret "
+                         "and the volume's held-out seeds): leave --sandbox out of --run-args")
+    if not _option_values(args, "--runner"):
         args = ["--runner", "modal", *args]
+    if not _option_values(args, "--sandbox"):
+        args = [*args, "--sandbox", "require"]
     return [sys.executable, "-m", "orchestrator", "run", "--env", env_id, "--tag", tag, *args]
 
 
@@ -181,6 +202,47 @@ def run_night(bundle: bytes, env_id: str, tag: str, run_args: str, volume_root: 
 
 
 # ---------------------------------------------------------------- on this machine, before the night
+BUILD_LOG_NAME = "modal-build.log"  # in results/<tag>/ of the checkout that started the night
+
+
+@contextlib.contextmanager
+def output_saved_to(path: Path):
+    """Everything this process writes to its stdout and stderr meanwhile (Modal's image build log
+    included, which Modal's output manager writes itself, and what subprocesses write) still
+    reaches the terminal, on stdout, and is also appended to `path`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    terminal = {fd: os.dup(fd) for fd in (1, 2)}
+    read_end, write_end = os.pipe()
+    for fd in (1, 2):
+        os.dup2(write_end, fd)
+    os.close(write_end)
+
+    def pump() -> None:
+        with open(path, "ab") as log, os.fdopen(terminal[1], "wb", closefd=False) as out:
+            while chunk := os.read(read_end, 65536):
+                out.write(chunk)
+                out.flush()
+                log.write(chunk)
+                log.flush()
+
+    thread = threading.Thread(target=pump, name="autorl-output-tee", daemon=True)
+    thread.start()
+    try:
+        yield path
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for fd in (1, 2):
+            os.dup2(terminal[fd], fd)  # the pipe's last write end closes: the pump reads to its end
+        thread.join(timeout=10)
+        os.close(read_end)
+        for fd in (1, 2):
+            os.close(terminal[fd])
+
+
 def local_timezone() -> str:
     """This machine's IANA time zone (so --until 07:00 means 07:00 here), or "" if unknown."""
     if os.environ.get("TZ"):
