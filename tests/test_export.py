@@ -1,14 +1,17 @@
 """`python -m orchestrator export`: the OpenEnv, OpenReward, verifiers and NeMo Gym variants of an env.
 
-A framework whose package is not installed is skipped with the reason. NeMo Gym cannot be installed
-here (it needs Python >= 3.12): its variant's HTTP contract is tested with FastAPI's TestClient and
-served by uvicorn in the smoke test, never against the real nemo-gym package.
+A framework whose package is not installed is skipped with the reason. nemo-gym needs Python >= 3.12,
+so the NeMo Gym variant is tested twice: its HTTP contract in this interpreter (FastAPI's TestClient,
+uvicorn in the contract-mode smoke), and against the real nemo-gym 0.4.0 served by ng_run from a
+Python >= 3.12 venv in the user cache (`make install` builds it; the real tests build it when missing,
+and skip with the reason where no such Python is found or pip cannot install nemo-gym).
 """
 from __future__ import annotations
 
 import asyncio
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -19,7 +22,8 @@ import pytest
 
 from orchestrator.export import FRAMEWORKS, inspect_env, main as export_main
 from orchestrator.export.generate import module_name, variant_dir
-from orchestrator.export.smoke import framework_available
+from orchestrator.export.real_nemo_gym import NemoGymUnavailable, prepare
+from orchestrator.export.smoke import NEMO_GYM_NOTE, framework_available
 
 REPO = Path(__file__).resolve().parent.parent
 CORRIDOR = Path(__file__).resolve().parent / "export_envs" / "corridor"
@@ -74,40 +78,55 @@ def domain_outcome(env_dir: Path, turns: int = TURNS) -> tuple[list[int], list[f
     return actions, rewards
 
 
-def run_export(*args: str) -> subprocess.CompletedProcess:
+def run_export(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "orchestrator", "export", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=600, env=env)
 
 
 # --- the smoke test: each variant's server on 127.0.0.1, its rollout.py against it ---
 
 @pytest.mark.parametrize("framework", PER_FRAMEWORK)
 def test_smoke_serves_the_variant_and_plays_it_offline(framework, tmp_path):
+    """NeMo Gym in contract mode here; the real nemo-gym has tests of its own below."""
     env_dir = copy_env(CORRIDOR, tmp_path)
-    done = run_export("--env", str(env_dir), "--to", framework, "--smoke", "--player", "scripted")
+    done = run_export("--env", str(env_dir), "--to", framework, "--smoke", "--player", "scripted",
+                      "--nemo-gym", "contract")
     assert done.returncode == 0, done.stdout + done.stderr
     _, rewards = domain_outcome(env_dir)
     line = [line for line in done.stdout.splitlines() if line.startswith(f"{framework}:")]
     assert line and line[0].startswith(f"{framework}: ok ({len(rewards)} turns, reward {sum(rewards):g}"), done.stdout
     if framework == "nemo_gym":
-        assert "not run against the real nemo-gym package" in line[0]
+        assert f"{NEMO_GYM_NOTE} (--nemo-gym contract)" in line[0]
 
 
-def test_smoke_fails_loudly_on_a_tool_error_and_stops_the_server(tmp_path):
-    """A domain whose step raises: the NeMo Gym contract answers 500, rollout.py exits non-zero, the
-    smoke line says FAIL with the reason, the command exits 1 and no server is left running."""
+def leftover_processes(env_dir: Path) -> list:
+    """Processes still running from env_dir (a server's cwd or command line), zombies aside."""
+    import psutil
+
+    leftovers = []
+    for process in psutil.process_iter(["cmdline", "cwd", "status"]):
+        where = " ".join(process.info["cmdline"] or []) + " " + (process.info["cwd"] or "")
+        if str(env_dir) in where and process.info["status"] != psutil.STATUS_ZOMBIE:
+            leftovers.append(process)
+    return leftovers
+
+
+@pytest.mark.parametrize("mode", ["contract", "real"])
+def test_smoke_fails_loudly_on_a_tool_error_and_stops_the_server(mode, request, tmp_path):
+    """A domain whose step raises: the NeMo Gym server answers 500 (nemo-gym's exception middleware,
+    or the contract's FastAPI), rollout.py exits non-zero, the smoke line says FAIL with the reason,
+    the command exits 1 and no server (nor ng_run's Ray cluster) is left running."""
+    if mode == "real":
+        request.getfixturevalue("real_nemo_gym")
     env_dir = copy_env(CORRIDOR, tmp_path)
     domain = env_dir / "corridor.py"
     domain.write_text(domain.read_text().replace(
         'state["position"] += 1 if action == 1 else -1',
         'if action == 0:\n        raise RuntimeError("boom")\n    state["position"] += 1'))
-    done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--player", "scripted")
+    done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--player", "scripted", "--nemo-gym", mode)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "nemo_gym: FAIL" in done.stdout and "tool act failed: HTTP 500" in done.stdout, done.stdout
-    import psutil
-
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(env_dir) in " ".join(p.info["cmdline"] or [])]
-    assert not leftovers, leftovers
+    assert not leftover_processes(env_dir)
 
 
 @pytest.mark.skipif(not framework_available("nemo_gym")[0], reason=f"nemo_gym: {framework_available('nemo_gym')[1]}")
@@ -122,7 +141,8 @@ def test_smoke_with_claude_plays_through_the_real_anthropic_client(tmp_path, mon
     with FakeAnthropic(script) as claude:
         monkeypatch.setenv("ANTHROPIC_API_KEY", "fake")
         monkeypatch.setenv("ANTHROPIC_BASE_URL", claude.url)
-        done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--player", "anthropic")
+        done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--player", "anthropic",
+                          "--nemo-gym", "contract")
         requests = claude.message_requests
     assert done.returncode == 0, done.stdout + done.stderr
     assert "nemo_gym: ok (1 turn, reward -0.1" in done.stdout, done.stdout
@@ -300,21 +320,142 @@ def test_nemo_gym_rollout_verify_body_is_a_responses_api_record_not_the_real_pac
     assert body["response"]["output"] == items
 
 
-@pytest.mark.skipif(importlib.util.find_spec("nemo_gym") is None,
-                    reason="nemo-gym is not installed (it needs Python >= 3.12); only its HTTP contract is tested")
-def test_nemo_gym_real_resources_server(nemo_gym_contract):
-    from unittest.mock import MagicMock
+# --- NeMo Gym: the real nemo-gym, in a Python >= 3.12 venv of its own, served by ng_run ---
 
-    from fastapi.testclient import TestClient
-    from nemo_gym.server_utils import ServerClient
+@pytest.fixture(scope="session")
+def real_nemo_gym():
+    """The cached venv `export --smoke` runs the real nemo-gym in (built by `make install`; built
+    here, once for all workers, when missing). Skips with the reason where it cannot exist."""
+    try:
+        return prepare()
+    except NemoGymUnavailable as error:
+        pytest.skip(f"real nemo-gym: {error}")
 
-    _, module = nemo_gym_contract
-    config = module.CorridorResourcesServerConfig(host="127.0.0.1", port=8080, entrypoint="",
-                                                  name="corridor_resources_server")
-    server = module.CorridorResourcesServer(config=config, server_client=MagicMock(spec=ServerClient))
-    with TestClient(server.setup_webserver()) as client:
-        client.post("/seed_session", json={"seed": 0, "task_index": 0})
-        assert client.post("/act", json={"action": 1}).json()["reward"] == pytest.approx(-0.1)
+
+@pytest.mark.skipif(not CONNECT_FOUR.is_dir(), reason="envs/connect_four/ is missing from this checkout")
+def test_smoke_runs_connect_four_on_the_real_nemo_gym(real_nemo_gym, tmp_path):
+    """The default smoke (no option) takes the real path here: ng_run serves the exported
+    resources server and rollout.py plays it and has it verified; nothing is left running."""
+    env_dir = copy_env(CONNECT_FOUR, tmp_path)
+    done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--player", "scripted")
+    assert done.returncode == 0, done.stdout + done.stderr
+    _, rewards = domain_outcome(env_dir)
+    real = (f"nemo_gym: ok (real nemo-gym {real_nemo_gym.nemo_gym_version}, served by ng_run on Python "
+            f"{real_nemo_gym.interpreter.version}; {len(rewards)} turns, reward {sum(rewards):g}, "
+            f"verify reward {sum(rewards):g})")
+    assert real in done.stdout.splitlines(), done.stdout
+    assert real_nemo_gym.nemo_gym_version == "0.4.0"  # the version the variant's pyproject pins
+    assert not leftover_processes(env_dir)
+
+
+REAL_SESSIONS = """
+import importlib.util, json, sys
+from unittest.mock import MagicMock
+from fastapi.testclient import TestClient
+from nemo_gym.server_utils import ServerClient
+
+spec = importlib.util.spec_from_file_location("variant", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+assert module.HAVE_NEMO_GYM
+config = module.CorridorResourcesServerConfig(host="127.0.0.1", port=8080, entrypoint="corridor_nemo_gym.py",
+                                              name="corridor_resources_server")
+server = module.CorridorResourcesServer(config=config, server_client=MagicMock(spec=ServerClient))
+app = server.setup_webserver()
+body = {"responses_create_params": {"input": []},
+        "response": {"id": "r", "created_at": 0, "model": "scripted", "object": "response", "output": [],
+                     "parallel_tool_calls": False, "tool_choice": "auto", "tools": []}}
+with TestClient(app) as alice, TestClient(app) as bob:
+    alice.post("/seed_session", json={"seed": 0, "task_index": 1})
+    bob.post("/seed_session", json={"seed": 0, "task_index": 0})
+    out = {"cookies": sorted(alice.cookies.keys()), "alice_board": alice.post("/observe").json()["board"],
+           "bob_board": bob.post("/observe").json()["board"],
+           "alice_rewards": [alice.post("/act", json={"action": 1}).json()["reward"] for _ in range(2)]}
+    refused = alice.post("/act", json={"action": 1})
+    out["refused"] = [refused.status_code, refused.json()["detail"]]
+    bob.post("/act", json={"action": 1})
+    out["verify"] = [alice.post("/verify", json=body).json()["reward"], bob.post("/verify", json=body).json()["reward"]]
+    out["posts"] = sorted(path for path, ops in app.openapi()["paths"].items() if "post" in ops)
+print(json.dumps(out))
+"""
+
+
+def test_real_resources_server_keeps_one_episode_per_session(real_nemo_gym, tmp_path):
+    """The variant's SimpleResourcesServer subclass in the real nemo-gym: its session middleware
+    (the cookie the contract mimics) keeps each caller's episode, /verify scores that episode."""
+    env_dir = copy_env(CORRIDOR, tmp_path)
+    assert export_main(["--env", str(env_dir), "--to", "nemo_gym"]) == 0
+    script = tmp_path / "real_sessions.py"
+    script.write_text(REAL_SESSIONS)
+    variant = variant_dir(inspect_env(env_dir), "nemo_gym") / "corridor_nemo_gym.py"
+    done = subprocess.run([str(real_nemo_gym.python), str(script), str(variant)], capture_output=True, text=True,
+                          timeout=300, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["cookies"] == ["CorridorResourcesServer___corridor_resources_server"]  # the contract's cookie
+    assert out["alice_board"] == "|. . A . G|" and out["bob_board"] == "|A . . . G|"
+    assert out["alice_rewards"] == pytest.approx([-0.1, 1.0])
+    assert out["refused"][0] == 400 and "episode is over" in out["refused"][1]
+    assert out["verify"] == pytest.approx([0.9, -0.1])
+    assert out["posts"] == ["/act", "/aggregate_metrics", "/observe", "/seed_session", "/verify"]
+
+
+# --- NeMo Gym: the fallback to contract mode, and its reasons ---
+
+def test_smoke_falls_back_to_contract_mode_without_python_3_12(tmp_path):
+    """No Python >= 3.12 on PATH nor under pyenv: contract mode, and the line says why."""
+    env_dir = copy_env(CORRIDOR, tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    env = {**os.environ, "PATH": str(empty), "PYENV_ROOT": str(empty)}
+    done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--player", "scripted", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{NEMO_GYM_NOTE} (no Python >= 3.12 found on PATH or under pyenv" in done.stdout, done.stdout
+
+
+def test_smoke_asked_for_the_real_nemo_gym_fails_without_it(tmp_path):
+    """--nemo-python naming no usable interpreter (or --nemo-gym real without one) is a FAIL, not a fallback."""
+    env_dir = copy_env(CORRIDOR, tmp_path)
+    done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--nemo-python", str(tmp_path / "nope"))
+    assert done.returncode == 1
+    assert f"nemo_gym: FAIL no real nemo-gym: --nemo-python {tmp_path / 'nope'} is not a Python >= 3.12" in done.stdout
+
+
+def test_smoke_falls_back_to_contract_mode_when_pip_cannot_install_nemo_gym(tmp_path):
+    """Offline (pip finds no package): contract mode with pip's reason, and no half-built venv kept."""
+    from orchestrator.export.real_nemo_gym import find_interpreter
+
+    try:
+        find_interpreter()
+    except NemoGymUnavailable as error:
+        pytest.skip(f"real nemo-gym: {error}")
+    env_dir = copy_env(CORRIDOR, tmp_path)
+    cache = tmp_path / "nemo-cache"
+    env = {**os.environ, "AUTORL_NEMO_GYM_CACHE": str(cache), "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
+    done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--player", "scripted", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"{NEMO_GYM_NOTE} (pip install nemo-gym failed:" in done.stdout, done.stdout
+    assert [path.suffix for path in cache.iterdir()] == [".lock"]
+
+
+def test_the_venv_is_keyed_by_interpreter_and_requirements(tmp_path):
+    from orchestrator.export.real_nemo_gym import Interpreter, candidate_paths, template_requirements, venv_path
+
+    environ = {"AUTORL_NEMO_GYM_CACHE": str(tmp_path)}
+    py312, py313 = Interpreter("/py/3.12/bin/python3", "3.12.1"), Interpreter("/py/3.13/bin/python3", "3.13.0")
+    requirements = template_requirements()
+    assert any(requirement.startswith("nemo-gym==0.4.0") for requirement in requirements)
+    first = venv_path(py312, requirements, environ)
+    assert first.parent == tmp_path and first.name.startswith("venv-py3.12.1-")
+    assert venv_path(py312, list(reversed(requirements)), environ) == first
+    assert venv_path(py313, requirements, environ) != first
+    assert venv_path(py312, requirements + ["numpy"], environ) != first
+    versions = tmp_path / "pyenv" / "versions"
+    for name in ("3.11.7", "3.13.0", "3.12.1", "3.12.9", "3.13t-dev"):
+        (versions / name / "bin").mkdir(parents=True)
+        (versions / name / "bin" / "python3").touch()
+    found = candidate_paths({"PATH": str(tmp_path / "empty"), "PYENV_ROOT": str(tmp_path / "pyenv")})
+    assert found == [str(versions / name / "bin" / "python3") for name in ("3.12.9", "3.12.1", "3.13.0")]
 
 
 # --- generation: deterministic, confined to export/, bad input refused ---

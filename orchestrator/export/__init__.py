@@ -5,7 +5,9 @@
 Each variant (envs/<name>/export/<framework>/) imports the env's domain module from its file, so
 the rules live in one place. --smoke serves each variant on 127.0.0.1, plays a few turns with its
 rollout.py (Claude when ANTHROPIC_API_KEY is set, else a scripted player), stops the server and
-prints one line per framework; exit 0 only when all pass, 2 on bad input.
+prints one line per framework; exit 0 only when all pass, 2 on bad input. The NeMo Gym variant runs
+on the real nemo-gym (ng_run, in a cached Python >= 3.12 venv: real_nemo_gym.py) when this machine
+has a Python >= 3.12 that can install it, else its HTTP contract on FastAPI/uvicorn.
 """
 from __future__ import annotations
 
@@ -58,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--player", choices=("auto", "scripted", "anthropic"), default="auto",
                         help="--smoke: auto = Claude when ANTHROPIC_API_KEY is set, else scripted")
     parser.add_argument("--verbose", action="store_true", help="--smoke: show every rollout's calls")
+    parser.add_argument("--nemo-gym", dest="nemo_gym", choices=("auto", "real", "contract"), default="auto",
+                        help="--smoke: real = the real nemo-gym served by ng_run in a Python >= 3.12 venv "
+                             "(cached); contract = its HTTP contract on FastAPI/uvicorn; auto (default) = real "
+                             "when a Python >= 3.12 can install nemo-gym, else contract")
+    parser.add_argument("--nemo-python", dest="nemo_python", metavar="PATH",
+                        help="--smoke: the Python >= 3.12 for the real nemo-gym (default: found on PATH or "
+                             "under pyenv)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -75,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
     results = []
     for framework in frameworks:
-        result = smoke_variant(info, framework, turns=args.turns, player=args.player, verbose=args.verbose)
+        result = smoke_variant(info, framework, turns=args.turns, player=args.player, verbose=args.verbose,
+                               nemo_gym=args.nemo_gym, nemo_python=args.nemo_python)
         print(result.line, flush=True)
         results.append(result)
     return 0 if all(result.ok for result in results) else 1
