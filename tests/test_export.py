@@ -418,7 +418,7 @@ def test_smoke_asked_for_the_real_nemo_gym_fails_without_it(tmp_path):
     env_dir = copy_env(CORRIDOR, tmp_path)
     done = run_export("--env", str(env_dir), "--to", "nemo_gym", "--smoke", "--nemo-python", str(tmp_path / "nope"))
     assert done.returncode == 1
-    assert f"nemo_gym: FAIL no real nemo-gym: --nemo-python {tmp_path / 'nope'} is not a Python >= 3.12" in done.stdout
+    assert f"nemo_gym: FAIL no real nemo-gym: {tmp_path / 'nope'} is not a Python >= 3.12" in done.stdout
 
 
 def test_smoke_falls_back_to_contract_mode_when_pip_cannot_install_nemo_gym(tmp_path):

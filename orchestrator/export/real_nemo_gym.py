@@ -114,7 +114,7 @@ def find_interpreter(explicit: Optional[str] = None) -> Interpreter:
     if explicit:
         found = probe(explicit)
         if found is None:
-            raise NemoGymUnavailable(f"--nemo-python {explicit} is not a Python >= 3.12 that runs")
+            raise NemoGymUnavailable(f"{explicit} is not a Python >= 3.12 that runs")
         return found
     for path in candidate_paths():
         found = probe(path)
