@@ -6,7 +6,12 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: install demo test bench clean
 
+# NEMO_PYTHON: the Python >= 3.12 the NeMo Gym export's real nemo-gym runs on (default: found on
+# PATH or pyenv). Its venv lives in the user cache, built once (a few minutes); without such a
+# Python, or offline, `export --smoke` falls back to contract mode, so this never fails the install.
+NEMO_PYTHON ?=
 install: $(VENV)/.installed
+	@$(PY) -m orchestrator.export.real_nemo_gym $(if $(NEMO_PYTHON),--python "$(NEMO_PYTHON)") || true
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
