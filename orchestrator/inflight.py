@@ -2,9 +2,9 @@
 `--resume` after any crash can account for them and cancel what they left running.
 
 One record per experiment (a round of `--parallel K` has K): its number, phase, stage, commit,
-and the runner handles it started (a local process group, a Modal function call). Every change
-is written atomically before the step it announces, so a kill at any instant leaves a record
-that is at worst one step behind.
+and the runner handles it started (a local process group, a Modal function call: waiting for a
+container or running). Every change is written atomically before the step it announces, so a kill
+at any instant leaves a record that is at worst one step behind.
 """
 from __future__ import annotations
 
@@ -49,6 +49,16 @@ class InFlight:
                 return
             record["handles"].append(handle)
             record["stage"] = handle.get("stage", record["stage"])
+            self._save()
+
+    def update_handle(self, exp: int, call_id: str, **fields) -> None:
+        """What a recorded Modal call is doing now (state: waiting for a GPU, running, ended), for `status`."""
+        with self._lock:
+            record = self.records.get(exp)
+            handles = [h for h in (record or {}).get("handles", []) if h.get("call_id") == call_id]
+            if not handles:
+                return
+            handles[-1].update(fields)
             self._save()
 
     def end(self, exp: int) -> None:

@@ -32,7 +32,7 @@ def run_status(run_dir: Path) -> list[str]:
     for record in records if pid else []:
         elapsed = time.time() - record.get("started", time.time())
         lines.append(f"  in flight: exp {record['exp']} ({record.get('phase')}, {record.get('stage')}) "
-                     f"for {elapsed:.0f}s")
+                     f"for {elapsed:.0f}s" + "".join(modal_call_lines(record)))
     if not pid and records:
         lines.append(f"  exp {', '.join(str(r['exp']) for r in records)} in flight when the daemon died: "
                      "`run --resume` records it and goes on")
@@ -49,6 +49,18 @@ def run_status(run_dir: Path) -> list[str]:
     if folder.report_html.exists():
         lines.append(f"  report: {folder.report_html}")
     return lines
+
+
+def modal_call_lines(record: dict) -> list[str]:
+    """'; Modal call fc-... waiting for a GPU for 95s (try 2 of 3)' for each live Modal call of a record."""
+    out = []
+    for handle in record.get("handles", []):
+        if handle.get("kind") != "modal" or handle.get("state") in (None, "ended"):
+            continue
+        since = f" for {time.time() - handle['since']:.0f}s" if handle.get("since") else ""
+        tries = f" (try {handle['try']} of {handle['tries']})" if handle.get("try", 1) > 1 else ""
+        out.append(f"; Modal call {handle.get('call_id')} {handle['state']}{since}{tries}")
+    return out
 
 
 def render_status(results_root: Path, tag: Optional[str] = None) -> tuple[str, int]:

@@ -68,6 +68,7 @@ class TrainOutcome:
     policy: Optional[Path] = None                   # the exported artifact, if any
     output_exceeded: bool = False
     note: str = ""                                  # a runner's own reason (e.g. container lost)
+    infrastructure: str = ""                        # why it never ran to an end, not the code's doing
 
 
 @dataclass
@@ -80,6 +81,7 @@ class EvalOutcome:
     tampered: bool = False
     wall_s: float = 0.0
     compute_usd: float = 0.0
+    infrastructure: str = ""                        # why it never ran to an end, not the policy's doing
 
 
 @dataclass
@@ -140,6 +142,8 @@ def train_failure(train: TrainOutcome, folder: ExpFolder, config: RunConfig, bud
     tail = log_tail(folder.train_log)
     if train.interrupted:
         m.status, m.note = "interrupted", "stopped during training"
+    elif train.infrastructure:
+        m.status, m.note, m.failure = "interrupted", *infrastructure_failure(train.infrastructure, "training")
     elif train.output_exceeded:
         m.status, m.failure = "crash", tail
         m.note = f"wrote more than {config.max_output_mb:g} MB into AUTORL_OUTPUT_DIR"
@@ -167,6 +171,8 @@ def add_evaluation(m: Measurement, evaluation: EvalOutcome, folder: ExpFolder) -
         m.status, m.note = "invalid", evaluation.error
     elif evaluation.interrupted:
         m.status, m.note = "interrupted", "stopped during evaluation"
+    elif evaluation.infrastructure:
+        m.status, m.note, m.failure = "interrupted", *infrastructure_failure(evaluation.infrastructure, "scoring")
     elif not evaluation.ok:
         m.status = "timeout" if evaluation.timed_out else "crash"
         m.note = f"evaluation failed: {evaluation.error}"
@@ -174,6 +180,14 @@ def add_evaluation(m: Measurement, evaluation: EvalOutcome, folder: ExpFolder) -
     else:
         m.score = float(evaluation.result["mean"])
     return m
+
+
+def infrastructure_failure(reason: str, stage: str) -> tuple[str, str]:
+    """(note, what the agent is shown) for work the infrastructure never ran to an end (a Modal call
+    that never started, lost its container or its output): recorded `interrupted`, never the code's fault."""
+    note = f"infrastructure: {reason}; not your code"
+    return note, (f"Your last experiment's {stage} did not run to an end because of the infrastructure ({reason}). "
+                  "This says nothing about your code: nothing was measured, and the same change may be tried again.")
 
 
 def read_eval_json(path: Path) -> tuple[Optional[dict], str]:

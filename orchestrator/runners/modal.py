@@ -3,37 +3,37 @@ separate CPU container, results written to the same `exp-NNNN/` layout as LocalR
 
 The training container gets the commit as `git archive` bytes and nothing else: no secret, no
 harness, no held-out seed. The scoring container gets the trusted harness copy, its hash (it
-refuses another) and the policy bytes. Each call is recorded (its function-call id) in the
-InFlight journal before it is waited on, so `stop` and `--resume` cancel it. Verify and bench of
+refuses another) and the policy bytes. Each call is recorded (its function-call id, and whether
+it waits for a container or runs) in the InFlight journal before it is waited on, so `status`
+shows it and `stop` and `--resume` cancel it. Time spent waiting for a GPU is never the
+candidate's (modal_calls.py): a call that never starts, or that Modal loses, is spawned again
+and at last recorded as the infrastructure's failure, not the code's. Verify and bench of
 a translation run locally (in the daemon's machine or the night's container), as LocalRunner's.
 The Modal functions it calls are declared in modal_functions.py, their work in modal_experiment.py.
 
-Compute is billed as the seconds a call was waited on times the price table: a GPU's rate plus
-its CPU cores' (`--modal-price-table FILE.json` overrides any entry, in USD per hour).
+Compute is billed as the seconds a call was not seen queued times the price table: a GPU's rate
+plus its CPU cores' (`--modal-price-table FILE.json` overrides any entry, in USD per hour).
 """
 from __future__ import annotations
 
 import json
 import shutil
-import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ..daemon import log, progress
+from ..daemon import log
 from ..inflight import InFlight
 from ..modal_support import eval_cpu
 from ..workspace import Workspace
 from .base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
                    add_evaluation, train_failure)
 from .local import LocalRunner
+from .modal_calls import CallOutcome, CallPolicy, CallWatcher
 
 # USD per hour, Modal's published on-demand rates; a JSON file with the same keys overrides them.
 DEFAULT_PRICES_PER_HOUR = {"H100": 3.95, "H200": 4.54, "B200": 6.25, "A100-80GB": 2.50, "A100": 2.10,
                            "L40S": 1.95, "A10G": 1.10, "L4": 0.80, "T4": 0.59, "cpu_core": 0.047}
 DEFAULT_GPU, DEFAULT_TRAIN_CPU = "H100", 8.0
-# A container may wait for a GPU and pull its image before the budget starts counting.
-STARTUP_ALLOWANCE_S = 900.0
-POLL_S = 1.0
 
 
 class ComputePrices:
@@ -62,15 +62,16 @@ class ComputePrices:
 
 class ModalRunner:
     """`functions` has `.train` and `.evaluate` with Modal's `spawn(...)` returning a call with
-    `object_id`, `get(timeout=...)` (raising TimeoutError while it runs) and `cancel()`;
-    `call_from_id(id)` finds a call again (modal.FunctionCall.from_id). Tests pass a fake."""
+    `object_id`, `get(timeout=...)` (raising TimeoutError while it runs), `get_call_graph()` and
+    `cancel()`; `call_from_id(id)` finds a call again (modal.FunctionCall.from_id). Tests pass
+    tests/fake_modal.py's, and a CallPolicy of seconds rather than minutes."""
 
     name = "modal"
 
     def __init__(self, settings: RunnerSettings, workspace: Workspace, should_stop: StopCheck, journal: InFlight,
                  harness_bytes: bytes, functions: Any, call_from_id: Callable[[str], Any],
                  prices: Optional[ComputePrices] = None, gpu: str = DEFAULT_GPU, cpu: float = DEFAULT_TRAIN_CPU,
-                 close: Callable[[], None] = lambda: None):
+                 close: Callable[[], None] = lambda: None, policy: CallPolicy = CallPolicy()):
         self.settings = settings
         self.workspace = workspace
         self.should_stop = should_stop
@@ -81,6 +82,7 @@ class ModalRunner:
         self.prices = prices or ComputePrices(dict(DEFAULT_PRICES_PER_HOUR))
         self.gpu, self.cpu = gpu, cpu
         self._close = close
+        self.calls = CallWatcher(journal, should_stop, policy)
         self.local = LocalRunner(settings, workspace, should_stop, journal, harness_bytes)
 
     @classmethod
@@ -101,32 +103,6 @@ class ModalRunner:
                    ComputePrices.load(options.get("price_table")), gpu, cpu,
                    close=lambda: session.__exit__(None, None, None))
 
-    # ------------------------------------------------------------ a call, waited on like a process
-    def _wait(self, slot: Slot, stage: str, call, deadline_s: float, tick: str) -> tuple[Any, str, float]:
-        """(value, how it ended: "ok" / "interrupted" / "timeout" / "error: ...", seconds waited)."""
-        self.journal.add_handle(slot.exp, {"kind": "modal", "call_id": call.object_id, "stage": stage})
-        started = time.monotonic()
-        while True:
-            elapsed = time.monotonic() - started
-            if self.should_stop():
-                self._cancel(call)
-                return None, "interrupted", elapsed
-            if elapsed > deadline_s:
-                self._cancel(call)
-                return None, "timeout", elapsed
-            try:
-                return call.get(timeout=POLL_S), "ok", time.monotonic() - started
-            except TimeoutError:
-                progress.show(f"{slot.label}: {tick} on Modal {elapsed:.0f}s")
-            except Exception as exc:  # the remote function raised, or its container was lost
-                return None, f"error: {type(exc).__name__}: {exc}", time.monotonic() - started
-
-    def _cancel(self, call) -> None:
-        try:
-            call.cancel()
-        except Exception as exc:
-            log.warning("could not cancel Modal call %s: %s", getattr(call, "object_id", "?"), exc)
-
     # ------------------------------------------------------------ measure
     def measure(self, slot: Slot, commit: str, seed: int, budget_s: Optional[float] = None) -> Measurement:
         c, folder = self.settings.config, slot.folder
@@ -138,24 +114,25 @@ class ModalRunner:
         folder.out.mkdir(parents=True)
         log.info("%s: training on Modal (%s, %g CPUs) with seed %d for %gs", slot.label, self.gpu, self.cpu, seed,
                  budget)
+        archive = self.workspace.archive(commit)
         # The container has none of this run's verdicts: make_vec_env("auto") picks envpool/gymnasium there.
-        call = self.functions.train.spawn(self.workspace.archive(commit), c.env_id, budget, seed, c.grace_s)
-        value, how, waited = self._wait(slot, "train", call, budget + c.grace_s + STARTUP_ALLOWANCE_S,
-                                        f"training (budget {budget:.0f}s)")
-        compute = self.prices.cost(waited, self.gpu, self.cpu)
-        result = value or {}
-        folder.train_log.write_text(result.get("log", "") + (f"\n[autorl] Modal call {call.object_id}: {how}\n"
-                                                              if how != "ok" else ""))
+        # It kills train.py at budget + grace counted from train.py's start: the run limit is the same.
+        call = self.calls.run(slot.exp, "train",
+                              lambda: self.functions.train.spawn(archive, c.env_id, budget, seed, c.grace_s),
+                              budget + c.grace_s, f"a GPU ({self.gpu})", slot.label, f"budget {budget:.0f}s")
+        result = call.value or {}
+        folder.train_log.write_text(result.get("log", "") + _call_note(call))
         policy = None
         if result.get("policy"):
             policy = folder.out / (result.get("policy_name") or "policy.pt")
             policy.write_bytes(result["policy"])
-        train = TrainOutcome(result.get("returncode"), float(result.get("wall_s", waited)),
-                             timed_out=how == "timeout" or bool(result.get("timed_out")),
-                             interrupted=how == "interrupted", metrics=result.get("metrics") or {}, policy=policy,
-                             note=f"the Modal training call failed: {how[7:]}" if how.startswith("error") else "")
+        train = TrainOutcome(result.get("returncode"), float(result.get("wall_s", call.ran_s)),
+                             timed_out=bool(result.get("timed_out")), interrupted=call.how == "interrupted",
+                             metrics=result.get("metrics") or {}, policy=policy,
+                             note=f"the Modal training call failed: {call.detail}" if call.how == "error" else "",
+                             infrastructure=call.detail if call.how == "infrastructure" else "")
         m = train_failure(train, folder, c, budget)
-        m.compute_usd = compute
+        m.compute_usd = self.prices.cost(call.ran_s, self.gpu, self.cpu)
         if m.status:
             return m
         evaluation = self.evaluate(slot, policy)
@@ -167,23 +144,29 @@ class ModalRunner:
 
     def evaluate(self, slot: Slot, policy: Path) -> EvalOutcome:
         c, folder = self.settings.config, slot.folder
-        call = self.functions.evaluate.spawn(self.harness_bytes, c.harness_sha256, policy.read_bytes(), c.env_id,
-                                             c.eval_seed, c.eval_episodes, policy.name)
-        value, how, waited = self._wait(slot, "eval", call, c.eval_timeout_s + STARTUP_ALLOWANCE_S,
-                                        f"evaluating {c.eval_episodes} episodes")
-        folder.eval_log.write_text(f"Modal call {call.object_id}: {how} after {waited:.1f}s\n")
-        outcome = EvalOutcome(False, wall_s=waited, compute_usd=self.prices.cost(waited, None, eval_cpu()))
-        if how == "interrupted":
+        policy_bytes = policy.read_bytes()
+        call = self.calls.run(slot.exp, "eval",
+                              lambda: self.functions.evaluate.spawn(self.harness_bytes, c.harness_sha256, policy_bytes,
+                                                                    c.env_id, c.eval_seed, c.eval_episodes,
+                                                                    policy.name),
+                              c.eval_timeout_s, "a CPU container", slot.label, f"{c.eval_episodes} episodes",
+                              overrun="timeout")
+        folder.eval_log.write_text(f"Modal call {call.call_id}: {call.how} after {call.waited_s:.1f}s"
+                                   f"{_call_note(call)}\n")
+        outcome = EvalOutcome(False, wall_s=call.waited_s, compute_usd=self.prices.cost(call.ran_s, None, eval_cpu()))
+        if call.how == "interrupted":
             outcome.error, outcome.interrupted = "interrupted", True
-        elif how == "timeout":
+        elif call.how == "timeout":
             outcome.error, outcome.timed_out = f"evaluation took longer than {c.eval_timeout_s:.0f}s", True
-        elif how.startswith("error: HarnessRefused"):  # the harness did not match its hash: nothing was scored
-            outcome.error, outcome.tampered = how[7:], True
-        elif how != "ok":
-            outcome.error = how[7:]
+        elif call.how == "infrastructure":
+            outcome.error = outcome.infrastructure = call.detail
+        elif call.detail.startswith("HarnessRefused"):  # the harness did not match its hash: nothing was scored
+            outcome.error, outcome.tampered = call.detail, True
+        elif call.how != "ok":
+            outcome.error = call.detail
         else:
-            folder.eval_json.write_text(json.dumps(value, indent=1))
-            outcome.ok, outcome.result = True, value
+            folder.eval_json.write_text(json.dumps(call.value, indent=1))
+            outcome.ok, outcome.result = True, call.value
         return outcome
 
     # ------------------------------------------------------------ verify and bench run where the daemon runs
@@ -213,6 +196,15 @@ class ModalRunner:
     def close(self) -> None:
         self.local.close()
         self._close()
+
+
+def _call_note(call: CallOutcome) -> str:
+    """The train log's last words on a call that did not simply answer: tries, queue, how it ended."""
+    if call.how == "ok" and call.tries == 1 and call.queued_s < 10:
+        return ""
+    earlier = "".join(f"\n[autorl] Modal try {k}: {detail}" for k, detail in enumerate(call.earlier, 1))
+    return (f"{earlier}\n[autorl] Modal call {call.call_id}: {call.how}{': ' + call.detail if call.detail else ''} "
+            f"(try {call.tries}, {call.queued_s:.0f}s waiting for a container, {call.waited_s:.0f}s in all)\n")
 
 
 def cancel_call(handle: dict) -> bool:

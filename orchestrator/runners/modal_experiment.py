@@ -2,8 +2,8 @@
 (`train_archive`), what the scoring container does with a policy (`score_policy`), and
 `one_experiment`, the two in a row as `modal run modal_app.py` runs them.
 
-Nothing here imports modal: the Modal functions of modal_functions.py call these, and tests (and
-the fake Modal of tests/test_modal_runner.py) call them directly.
+Nothing here imports modal: the Modal functions of modal_functions.py call these (and tests call
+them directly; tests/fake_modal.py runs them through those Modal functions, as a container would).
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import secrets
 import sys
 import tarfile
 import tempfile
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -69,7 +70,8 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
     `budget` seconds (killed as a group at budget + grace) with a scrubbed environment.
 
     Returns policy (bytes or None), policy_name, log (its last `log_cap` bytes), log_bytes,
-    metrics (the `key: value` summary), returncode, timed_out, wall_s."""
+    metrics (the `key: value` summary), returncode, timed_out, wall_s, and started_at (the epoch
+    second train.py started: the budget counts from there, whatever the container waited for)."""
     grace = max(30.0, 0.1 * budget) if grace is None else grace
     with tempfile.TemporaryDirectory(prefix="autorl-train-") as tmp:
         checkout, out_dir, log_path = Path(tmp) / "checkout", Path(tmp) / "out", Path(tmp) / "train.log"
@@ -77,6 +79,7 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
         out_dir.mkdir()
         extract_archive(archive, checkout)
         env = scrubbed_env({**train_env(out_dir, env_id, budget, seed), **(extra_env or {})})
+        started_at = time.time()
         proc = run_group([sys.executable, TRAIN_SCRIPT], checkout, env, log_path, budget + grace, should_stop)
         log, log_bytes = _log_tail_bytes(log_path, log_cap)
         policy = find_policy(out_dir)
@@ -89,6 +92,7 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
             "returncode": proc.returncode,
             "timed_out": proc.timed_out,
             "wall_s": proc.wall_s,
+            "started_at": started_at,
         }
 
 
