@@ -1,7 +1,7 @@
 """modal_app.py and the Modal plumbing of the daemon (orchestrator/runners/modal_*.py), offline:
 modal_app imports without a network or a token, its CLI parses, the Modal functions do their work
 through `.local()` (real train.py and evaluate.py subprocesses), a run folder goes to a volume folder and comes back with `pull`
-(through a fake volume with modal.Volume's listdir/read_file surface), and missing credentials
+(through tests/fake_modal.py's volume: what a container commits is what `pull` reads), and missing credentials
 are named in one line."""
 from __future__ import annotations
 
@@ -17,7 +17,6 @@ from types import SimpleNamespace
 import git
 import modal
 import pytest
-from modal.types import FileEntry, FileEntryType
 
 from orchestrator.modal_support import (BUNDLE_NAME, check_modal_reachable, modal_credentials_problem,
                                         write_branch_bundle)
@@ -25,6 +24,7 @@ from orchestrator.pull import PullError, pull
 from orchestrator.sandbox import probe as sandbox_probe
 from orchestrator.runners import modal_doctor, modal_experiment, modal_functions, modal_night
 from tests.conftest import AUTORL_ROOT, PYTHON, tiny_train_py
+from tests.fake_modal import FakeVolume
 
 HARNESS = (AUTORL_ROOT / "evaluate.py").read_bytes()
 HARNESS_SHA = hashlib.sha256(HARNESS).hexdigest()
@@ -225,29 +225,6 @@ def test_train_experiment_local_with_the_real_train_py(autorl_repo, one_eval_wor
 
 
 # ---------------------------------------------------------------- the volume: sync there, pull back
-class FakeVolume:
-    """modal.Volume's read surface over a local folder (the volume's mount in a container)."""
-
-    def __init__(self, root: Path):
-        self.root = Path(root)
-        self.reads: list[str] = []
-
-    def listdir(self, path: str, *, recursive: bool = False) -> list[FileEntry]:
-        base = self.root / path
-        if not base.exists():
-            raise FileNotFoundError(path)
-        paths = sorted(base.rglob("*") if recursive else base.iterdir())
-        return [FileEntry(path=p.relative_to(self.root).as_posix(),
-                          type=FileEntryType.FILE if p.is_file() else FileEntryType.DIRECTORY,
-                          mtime=int(p.stat().st_mtime), size=p.stat().st_size) for p in paths]
-
-    def read_file(self, path: str):
-        self.reads.append(path)
-        with open(self.root / path, "rb") as f:
-            while chunk := f.read(7):
-                yield chunk
-
-
 def make_run(repo: Path, tag: str) -> git.Repo:
     """A run's traces as the daemon leaves them: branch, a discarded experiment's ref, run folder."""
     r = git.Repo(repo)
@@ -270,14 +247,16 @@ def make_run(repo: Path, tag: str) -> git.Repo:
 def test_sync_run_then_pull_recreates_the_run_elsewhere(autorl_repo, tmp_path):
     source = autorl_repo(name="cloud")
     cloud = make_run(source, "t1")
-    volume_dir = tmp_path / "volume"
+    volume = FakeVolume(tmp_path / "storage")
+    mount = volume.mount(tmp_path / "volume")  # the night container's view of the volume
+    volume_dir = mount.path
     copied = modal_night.sync_run(source, "t1", volume_dir)
+    mount.commit()
     assert sorted(copied) == [BUNDLE_NAME, "exp-0001/train.log", "results.tsv"]
     assert not (volume_dir / "t1" / "daemon.lock").exists()
     assert modal_night.sync_run(source, "t1", volume_dir) == [BUNDLE_NAME]  # unchanged files are not copied again
 
     home = autorl_repo(name="home")
-    volume = FakeVolume(volume_dir)
     results = pull("t1", home, volume=volume)
     assert results == home / "results" / "t1"
     assert (results / "results.tsv").read_text() == "exp\tstatus\n1\tkeep\n"
@@ -295,6 +274,7 @@ def test_sync_run_then_pull_recreates_the_run_elsewhere(autorl_repo, tmp_path):
     cloud.git.commit("-am", "exp 3: kept")
     cloud.git.checkout("main")
     modal_night.sync_run(source, "t1", volume_dir)
+    mount.commit()
     volume.reads.clear()
     pull("t1", home, volume=volume)
     assert sorted(volume.reads) == ["t1/branch.bundle", "t1/results.tsv"]

@@ -1,94 +1,54 @@
-"""ModalRunner against an in-process fake of the Modal surface it uses (spawn, get with a
-timeout, cancel, FunctionCall.from_id): no network. The fake runs the Modal functions' own train
-and score logic (runners/modal_experiment.py) in threads, so results are real; what is fake is
-only the container."""
+"""ModalRunner against tests/fake_modal.py: the real Modal functions of modal_functions.py run in
+container subprocesses, their arguments and results pickled as Modal pickles them, with what
+fails in real life (a queue before a GPU, pre-emption, timeouts, expired outputs, cancellation
+raised in the running code, an ephemeral app that dies with the daemon). No network."""
 from __future__ import annotations
 
 import hashlib
-import itertools
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from argparse import Namespace
+from pathlib import Path
 
 import pytest
 
-from orchestrator.config import Limits, Options
 from orchestrator.agents.replay import ReplayAgent
-from orchestrator.daemon import write_state
+from orchestrator.config import Limits, Options, RunConfig
+from orchestrator.inflight import InFlight
+from orchestrator.results import ExpFolder, RunFolder
+from orchestrator.runners import RunnerSettings, Slot
+from orchestrator.runners.base import Measurement, add_evaluation
 from orchestrator.runners.modal import ComputePrices, ModalRunner
-from orchestrator.runners.modal_experiment import score_policy, train_archive
-from orchestrator.runners import RunnerSettings
+from orchestrator.runners.modal_calls import CallPolicy
 from orchestrator.setup import start
-from tests.conftest import FAST, read_results, run_daemon, tiny_train_py, write_replay
+from orchestrator.status import modal_call_lines, render_status
+from orchestrator.workspace import Workspace
+from tests.conftest import (FAST, PYTHON, daemon_env, read_results, run_daemon, tiny_train_py,
+                            unique_sleep, wait_until_gone, write_replay)
+from tests.fake_modal import FakeCall, FakeModal, FakeVolume, Plan
+
+# Seconds, not Modal's minutes: a call waits for a container at most 60 s, twice, 0.2 s apart.
+QUICK = CallPolicy(queue_limit_s=60, tries=2, backoff_s=0.2, answer_margin_s=5, state_poll_s=0.2, poll_s=0.2)
+NEVER = 1e9  # a queue that never yields a GPU
 
 
-class FakeCall:
-    ids = itertools.count(1)
-
-    def __init__(self, registry: dict, target, *args):
-        self.object_id = f"fc-fake{next(self.ids)}"
-        self.cancelled = threading.Event()
-        self.done = threading.Event()
-        self.value = self.error = None
-        registry[self.object_id] = self
-
-        def work():
-            try:
-                self.value = target(*args, should_stop=self.cancelled.is_set)
-            except BaseException as exc:  # the remote function raised: get() re-raises it
-                self.error = exc
-            self.done.set()
-        threading.Thread(target=work, daemon=True).start()
-
-    def get(self, timeout=None):
-        if not self.done.wait(timeout):
-            raise TimeoutError()
-        if self.cancelled.is_set():
-            raise RuntimeError("the call was cancelled")
-        if self.error:
-            raise self.error
-        return self.value
-
-    def cancel(self, terminate_containers=False):
-        self.cancelled.set()
-
-
-class FakeFunction:
-    def __init__(self, registry, target):
-        self.registry, self.target = registry, target
-
-    def spawn(self, *args):
-        return FakeCall(self.registry, self.target, *args)
-
-
-class FakeModal:
-    """train/evaluate with Modal's spawn surface; from_id as modal.FunctionCall.from_id."""
-
-    def __init__(self):
-        self.calls: dict[str, FakeCall] = {}
-
-        def score(*args, should_stop):
-            return score_policy(*args, workers=1)
-        self.train = FakeFunction(self.calls, train_archive)
-        self.evaluate = FakeFunction(self.calls, score)
-
-    def from_id(self, call_id):
-        return self.calls[call_id]
-
-
-def modal_factory(fake: FakeModal):
+def modal_factory(fake: FakeModal, policy: CallPolicy = QUICK):
     def factory(config, folder, workspace, stop, journal, harness_bytes):
-        return ModalRunner(RunnerSettings(config, folder), workspace, stop.requested, journal, harness_bytes, fake, fake.from_id,
-                           ComputePrices.load(None), gpu="H100", cpu=8)
+        return ModalRunner(RunnerSettings(config, folder), workspace, stop.requested, journal, harness_bytes, fake,
+                           fake.from_id, ComputePrices.load(None), gpu="H100", cpu=8, close=fake.stop, policy=policy)
     return factory
 
 
-def options(repo, replay, fake, **kw):
+def options(repo, replay, fake, policy: CallPolicy = QUICK, **kw):
     # grace 10: the tiny train.py still imports torch, which a loaded machine must not turn into a kill
     settings = dict(env_id="CartPole-v1", tag="cloud", agent="replay", budget_s=2, grace_s=10, eval_episodes=10,
                     eval_workers=1, runner="modal", repo=repo, agent_args=Namespace(replay_dir=replay),
-                    runner_factory=modal_factory(fake))
+                    runner_factory=modal_factory(fake, policy))
     return Options(**{**settings, **kw})
 
 
@@ -96,11 +56,56 @@ def replay_factory(args, run_dir):
     return ReplayAgent(args.replay_dir)
 
 
+class OneRunner:
+    """A ModalRunner over a fresh run folder, for one measurement at a time (no daemon)."""
+
+    def __init__(self, autorl_repo, base: Path, train_py: str, policy: CallPolicy = QUICK, **fake_options):
+        repo = autorl_repo(train_py, name=f"{base.name}-checkout")
+        self.folder = RunFolder(base / "run")
+        self.folder.path.mkdir(parents=True)
+        self.harness = (repo / "evaluate.py").read_bytes()
+        self.folder.harness.write_bytes(self.harness)
+        workspace = Workspace(repo, "t")
+        self.commit = workspace.create()
+        config = RunConfig(tag="t", env_id="CartPole-v1", budget_s=2, grace_s=10, eval_episodes=5, eval_seed=1000,
+                           train_seeds=[1], confirm_seed=2, eval_timeout_s=300, eval_workers=1, schedule=["train"],
+                           main_root=str(repo), worktree=str(workspace.path), branch=workspace.branch,
+                           base_commit=self.commit, harness_sha256=hashlib.sha256(self.harness).hexdigest(),
+                           created="", agent="replay")
+        self.fake = FakeModal(base / "modal", **fake_options)
+        self.journal = InFlight(self.folder.path)
+        self.runner = ModalRunner(RunnerSettings(config, self.folder), workspace, lambda: False, self.journal,
+                                  self.harness, self.fake, self.fake.from_id, ComputePrices.load(None), gpu="H100",
+                                  cpu=8, close=self.fake.stop, policy=policy)
+        self.slot = Slot(1, ExpFolder(self.folder.path / "exp-0001"), "exp 1")
+
+    def measure(self) -> Measurement:
+        self.journal.begin(1, "train", "train", 0, self.commit)
+        return self.runner.measure(self.slot, self.commit, 1)
+
+    def in_flight(self) -> list[dict]:
+        state = json.loads((self.folder.path / "state.json").read_text())
+        return state.get("in_flight") or []
+
+
+@pytest.fixture
+def one_runner(autorl_repo, tmp_path):
+    made = []
+
+    def make(train_py: str = tiny_train_py(BIAS=0.0), **kw) -> OneRunner:
+        made.append(OneRunner(autorl_repo, tmp_path / f"r{len(made)}", train_py, **kw))
+        return made[-1]
+    yield make
+    for r in made:
+        r.runner.close()
+
+
+# ---------------------------------------------------------------- a night on the fake
 def test_results_land_in_the_local_layout_and_compute_is_billed(autorl_repo, tmp_path, restore_signals):
     repo = autorl_repo(tiny_train_py(BIAS=1.0))
     replay = write_replay(tmp_path / "replay", {1: {"candidate/train.py": tiny_train_py(BIAS=0.0),
                                                     "DESCRIPTION": "no bias"}})
-    fake = FakeModal()
+    fake = FakeModal(tmp_path / "modal")
     assert start(options(repo, replay, fake), replay_factory, environ={}) == 0
 
     rows = read_results(repo, "cloud")
@@ -111,55 +116,205 @@ def test_results_land_in_the_local_layout_and_compute_is_billed(autorl_repo, tmp
     assert (exp1 / "out" / "policy.pt").is_file() and "env_steps: 1000" in (exp1 / "train.log").read_text()
     assert json.loads((exp1 / "eval.json").read_text())["episodes"] == 10
     assert json.loads((repo / "results" / "cloud" / "run.json").read_text())["runner"] == "modal"
-    assert len(fake.calls) == 6  # train + evaluate for 2 baselines and exp 1
+    assert len(fake.train.calls) == len(fake.evaluate.calls) == 3  # 2 baselines and exp 1
+    assert not fake.app.alive(), "the session's app stops with the runner"
 
 
-HANG = tiny_train_py(BIAS=0.5).replace("out = Path(", "time.sleep(600)\nout = Path(", 1)
+def hang_with_child(sleep_arg: str) -> str:
+    """train.py that starts `sleep <sleep_arg>` and waits on it: a run whose end must kill it."""
+    return tiny_train_py(BIAS=0.5).replace(
+        "out = Path(", f"import subprocess\nsubprocess.run(['sleep', '{sleep_arg}'])\nout = Path(", 1)
 
 
-def test_stop_cancels_the_call_in_flight(autorl_repo, tmp_path, restore_signals):
+def test_stop_cancels_the_call_and_the_cancellation_is_raised_in_the_running_code(autorl_repo, tmp_path,
+                                                                                   restore_signals):
+    sleep_arg = unique_sleep()
     repo = autorl_repo(tiny_train_py(BIAS=1.0))
-    replay = write_replay(tmp_path / "replay", {1: {"candidate/train.py": HANG, "DESCRIPTION": "hangs"}})
-    fake = FakeModal()
+    replay = write_replay(tmp_path / "replay", {1: {"candidate/train.py": hang_with_child(sleep_arg),
+                                                    "DESCRIPTION": "hangs"}})
+    fake = FakeModal(tmp_path / "modal")
     run_dir = repo / "results" / "cloud"
 
-    def stop_when_exp_1_trains():
+    def stop_when_exp_1_runs():
         deadline = time.time() + 120
         while time.time() < deadline:
             state = json.loads((run_dir / "state.json").read_text()) if (run_dir / "state.json").exists() else {}
-            if any(r["exp"] == 1 and r.get("stage") == "train" for r in state.get("in_flight") or []):
-                (run_dir / "STOP").write_text("test\n")
-                return
+            for record in state.get("in_flight") or []:
+                if record["exp"] == 1 and any(h.get("state") == "running" for h in record["handles"]):
+                    time.sleep(1.0)  # train.py is under way in its container
+                    (run_dir / "STOP").write_text("test\n")
+                    return
             time.sleep(0.1)
-    threading.Thread(target=stop_when_exp_1_trains, daemon=True).start()
+    threading.Thread(target=stop_when_exp_1_runs, daemon=True).start()
     assert start(options(repo, replay, fake, budget_s=120), replay_factory, environ={}) == 0
 
-    rows = read_results(repo, "cloud")
-    assert rows["status"].tolist() == ["baseline", "baseline", "interrupted"]
-    hung = [c for c in fake.calls.values() if not c.done.is_set() or c.cancelled.is_set()]
-    assert hung and all(c.cancelled.is_set() for c in hung), "the training call of exp 1 was cancelled"
+    assert read_results(repo, "cloud")["status"].tolist() == ["baseline", "baseline", "interrupted"]
+    hung = fake.train.calls[-1]
+    results = list(hung.dir.glob("result-*.json"))
+    assert [json.loads(r.read_text()) for r in results] == [{"status": "terminated", "detail": "cancelled"}], \
+        "InputCancellation reached train_experiment's code"
+    with pytest.raises(Exception) as ended:
+        hung.get(timeout=0)
+    assert type(ended.value).__name__ == "RemoteError"  # a TERMINATED input, as Modal returns it
+    wait_until_gone(sleep_arg, timeout_s=10)  # run_group killed what train.py started as the exception unwound
 
 
-def test_resume_cancels_a_recorded_call(autorl_repo, tmp_path, restore_signals):
+# ---------------------------------------------------------------- queue time is not the candidate's
+def test_a_queue_longer_than_budget_and_grace_does_not_time_the_candidate_out(one_runner):
+    r = one_runner()
+    run_limit = 2 + 10 + QUICK.answer_margin_s  # budget + grace + margin, counted from the start
+    r.fake.train.plans = [Plan(queue_s=run_limit + 5)]
+    seen: list[str] = []
+
+    def watch_status():
+        while not r.fake.train.calls or not (r.fake.train.calls[0].dir / "output.pkl").exists():
+            try:
+                seen.extend(line for record in r.in_flight() for line in modal_call_lines(record))
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+    watcher = threading.Thread(target=watch_status, daemon=True)
+    watcher.start()
+    m = r.measure()
+    watcher.join(timeout=5)
+
+    assert m.status is None and m.score == 500.0, m.note
+    assert len(r.fake.train.calls) == 1, "waited on, not spawned again"
+    assert any("waiting for a GPU (H100)" in line for line in seen), seen
+    assert any(" running for " in line for line in seen), seen
+    assert "waiting for a container" in r.slot.folder.train_log.read_text()  # the log says where the time went
+    # billed: what ran, not the queue
+    assert m.compute_usd < ComputePrices.load(None).cost(run_limit + 5, "H100", 8)
+
+
+def test_a_preempted_input_restarts_and_scores(one_runner):
+    r = one_runner(tiny_train_py(BIAS=0.0, SLEEP=3.0))
+    r.fake.train.plans = [Plan(preempt_after_s=1.5, preemptions=1)]
+    m = r.measure()
+    assert m.status is None and m.score == 500.0, m.note
+    state = json.loads((r.fake.train.calls[0].dir / "call.json").read_text())
+    assert state["restarts"] == 1 and len(r.fake.train.calls) == 1  # Modal restarted it on the same input
+
+
+def test_preempted_beyond_modals_restarts_is_spawned_again_and_scores(one_runner):
+    r = one_runner(tiny_train_py(BIAS=0.0, SLEEP=3.0), max_restarts=1)
+    r.fake.train.plans = [Plan(preempt_after_s=1.0, preemptions=5)]  # then an input that runs in peace
+    m = r.measure()
+    assert m.status is None and m.score == 500.0, m.note
+    assert len(r.fake.train.calls) == 2
+    with pytest.raises(Exception) as lost:
+        r.fake.train.calls[0].get(timeout=0)
+    assert type(lost.value).__name__ == "InternalFailure"
+    assert "InternalFailure" in r.slot.folder.train_log.read_text()
+
+
+@pytest.mark.parametrize("plan, reason", [
+    (Plan(queue_s=NEVER), "never started: waited"),
+    (Plan(output_ttl_s=0.0), "OutputExpiredError"),
+])
+def test_a_call_the_infrastructure_fails_every_time_is_recorded_as_not_the_candidates(one_runner, plan, reason):
+    r = one_runner(policy=CallPolicy(queue_limit_s=2, tries=2, backoff_s=0.2, answer_margin_s=5, state_poll_s=0.2,
+                                     poll_s=0.2))
+    r.fake.train.plans = [plan, plan]
+    m = r.measure()
+    assert len(r.fake.train.calls) == 2 and not r.fake.evaluate.calls
+    assert m.status == "interrupted" and m.score is None
+    assert m.note.startswith("infrastructure: ") and reason in m.note and "(tried 2 times)" in m.note
+    assert m.note.endswith("not your code")
+    assert "says nothing about your code" in m.failure and "timed out" not in m.failure
+
+
+def test_the_functions_own_timeout_is_the_infrastructures_and_the_candidates_own_kill_is_its_own(one_runner):
+    r = one_runner(tiny_train_py(BIAS=0.0, SLEEP=120.0), train_timeout_s=1.0)
+    m = r.measure()
+    assert m.status == "interrupted" and "FunctionTimeoutError" in m.note, m.note
+    r2 = one_runner(tiny_train_py(BIAS=0.0, SLEEP=120.0))
+    m = r2.measure()
+    assert m.status == "timeout" and m.note == "killed at 12s (budget 2s + grace 10s)"
+
+
+def test_scoring_is_billed_at_the_eval_containers_cores_and_a_wrong_harness_hash_is_invalid(one_runner,
+                                                                                              monkeypatch):
+    r = one_runner()
+    monkeypatch.setenv("AUTORL_MODAL_EVAL_CPU", "2")
+    m = r.measure()
+    assert m.status is None and m.score == 500.0, m.note
+    r.runner.harness_bytes = r.harness + b"\n# changed\n"   # the bytes sent no longer match the recorded hash
+    outcome = r.runner.evaluate(r.slot, r.slot.folder.out / "policy.pt")
+    assert outcome.tampered and "HarnessRefused" in outcome.error
+    assert 0 < outcome.compute_usd <= outcome.wall_s / 3600 * 2 * 0.047  # 2 cores, no GPU, the queue not billed
+    assert add_evaluation(Measurement(), outcome, r.slot.folder).status == "invalid"
+
+
+# ---------------------------------------------------------------- the daemon dies with its app
+def night_with_fake_modal(spec_path: str) -> None:
+    """A daemon in this process (python -c ...), its experiments on a FakeModal over spec's root."""
+    spec = json.loads(Path(spec_path).read_text())
+    fake = FakeModal(Path(spec["modal_root"]))
+    opts = options(Path(spec["repo"]), Path(spec["replay"]), fake, budget_s=spec["budget_s"],
+                   limits=Limits(max_experiments=spec["max_experiments"]))
+    sys.exit(start(opts, replay_factory, environ={}))
+
+
+def test_resume_after_the_daemon_died_with_its_ephemeral_app(autorl_repo, tmp_path, restore_signals):
+    """kill -9 of a local daemon: Modal stops its ephemeral app and terminates the call it ran;
+    --resume records that experiment interrupted, and the night goes on in a new app."""
+    sleep_arg = unique_sleep()
     repo = autorl_repo(tiny_train_py(BIAS=1.0))
-    replay = write_replay(tmp_path / "replay", {1: {"candidate/train.py": tiny_train_py(BIAS=0.5),
-                                                    "DESCRIPTION": "less bias"}})
-    fake = FakeModal()
-    assert start(options(repo, replay, fake, limits=Limits(max_experiments=1)), replay_factory, environ={}) == 0
-    # What a daemon killed mid-experiment leaves: exp 2 in flight with a live Modal call.
-    orphan = fake.train.spawn(b"not an archive", "CartPole-v1", 600, 1, 5)
-    orphan.done.clear()
+    replay = write_replay(tmp_path / "replay", {1: {"candidate/train.py": hang_with_child(sleep_arg),
+                                                    "DESCRIPTION": "hangs"},
+                                                2: {"candidate/train.py": tiny_train_py(BIAS=0.0),
+                                                    "DESCRIPTION": "no bias"}})
+    spec = tmp_path / "night.json"
+    spec.write_text(json.dumps({"modal_root": str(tmp_path / "modal"), "repo": str(repo), "replay": str(replay),
+                                "budget_s": 120, "max_experiments": 1}))
+    code = "import sys; from tests.test_modal_runner import night_with_fake_modal as n; n(sys.argv[1])"
+    daemon = subprocess.Popen([PYTHON, "-c", code, str(spec)], cwd=repo, env=daemon_env(),
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     run_dir = repo / "results" / "cloud"
-    write_state(run_dir, {"pid": 1, "in_flight": [{"exp": 2, "phase": "train", "stage": "train", "rows_before": 3,
-                                                   "commit": None, "handles": [{"kind": "modal", "stage": "train",
-                                                                                "call_id": orphan.object_id}]}]})
-    resumed = options(repo, replay, fake, resume=True, limits=Limits(max_experiments=2))
+    deadline = time.time() + 150
+    running = None
+    while running is None and time.time() < deadline and daemon.poll() is None:
+        state = json.loads((run_dir / "state.json").read_text()) if (run_dir / "state.json").exists() else {}
+        running = next((h for r in state.get("in_flight") or [] if r["exp"] == 1 for h in r["handles"]
+                        if h.get("state") == "running"), None)
+        time.sleep(0.2)
+    assert running, "exp 1 never ran on the fake Modal"
+    time.sleep(1.0)
+    os.kill(daemon.pid, signal.SIGKILL)  # the daemon alone: its containers are Modal's to end
+    daemon.wait()
+
+    wait_until_gone(sleep_arg, timeout_s=15)  # the app stopped: its container and what it ran are gone
+    orphan = FakeCall(tmp_path / "modal", running["call_id"])
+    assert orphan.get_call_graph()[0].status.name == "TERMINATED"
+    text, _ = render_status(repo / "results", "cloud")
+    assert "in flight when the daemon died" in text
+
+    fake = FakeModal(tmp_path / "modal")  # the resumed daemon's own app
+    resumed = options(repo, replay, fake, resume=True, budget_s=120, limits=Limits(max_experiments=2))
     assert start(resumed, replay_factory, environ={}) == 0
-    assert orphan.cancelled.is_set()
     rows = read_results(repo, "cloud")
-    assert rows["status"].tolist() == ["baseline", "baseline", "keep", "interrupted"]
+    assert rows["status"].tolist() == ["baseline", "baseline", "interrupted", "keep"]
+    assert "the daemon died during train" in rows["description"].iloc[2]
+    assert rows["score"].iloc[3] == 500.0 and len(fake.train.calls) == 1
 
 
+# ---------------------------------------------------------------- the volume
+def test_the_volume_shows_a_containers_files_only_after_commit_and_reload(tmp_path):
+    volume = FakeVolume(tmp_path / "storage")
+    writer, reader = volume.mount(tmp_path / "night"), volume.mount(tmp_path / "other")
+    (writer.path / "t1").mkdir()
+    (writer.path / "t1" / "results.tsv").write_text("exp\n1\n")
+    with pytest.raises(FileNotFoundError):
+        volume.listdir("t1")
+    writer.commit()
+    assert [e.path for e in volume.listdir("t1")] == ["t1/results.tsv"]
+    assert not (reader.path / "t1").exists(), "a mounted container sees the commit only after reload()"
+    reader.reload()
+    assert (reader.path / "t1" / "results.tsv").read_text() == "exp\n1\n"
+
+
+# ---------------------------------------------------------------- no Modal, prices
 def test_runner_modal_without_a_token_fails_fast_and_leaves_nothing(autorl_repo, tmp_path):
     repo = autorl_repo(tiny_train_py())
     home = tmp_path / "home"
@@ -194,46 +349,8 @@ def test_pull_without_a_token_says_how_to_get_one(autorl_repo, tmp_path):
     assert not (repo / "results" / "cloud").exists()
 
 
-def test_prices_count_every_gpu_of_a_container_and_ignore_the_case_of_its_name(monkeypatch):
+def test_prices_count_every_gpu_of_a_container_and_ignore_the_case_of_its_name():
     prices = ComputePrices.load(None)
     assert prices.cost(3600, "H100:2", 0) == pytest.approx(2 * 3.95)
     assert prices.cost(3600, "a100-80gb", 0) == pytest.approx(2.50)  # not the H100 fallback
     assert prices.cost(3600, "l4", 2) == pytest.approx(0.80 + 2 * 0.047)
-
-
-def test_scoring_is_billed_at_the_eval_containers_cores_and_a_wrong_harness_hash_is_invalid(
-        autorl_repo, tmp_path, monkeypatch):
-    from orchestrator.config import RunConfig
-    from orchestrator.inflight import InFlight
-    from orchestrator.results import ExpFolder, RunFolder
-    from orchestrator.runners import Slot
-    from orchestrator.runners.base import Measurement, add_evaluation
-    from orchestrator.workspace import Workspace
-
-    repo = autorl_repo(tiny_train_py(BIAS=0.0))
-    folder = RunFolder(tmp_path / "run")
-    folder.path.mkdir()
-    harness = (repo / "evaluate.py").read_bytes()
-    folder.harness.write_bytes(harness)
-    workspace = Workspace(repo, "t")
-    base = workspace.create()
-    config = RunConfig(tag="t", env_id="CartPole-v1", budget_s=3, grace_s=10, eval_episodes=5, eval_seed=1000,
-                       train_seeds=[1], confirm_seed=2, eval_timeout_s=300, eval_workers=1, schedule=["train"],
-                       main_root=str(repo), worktree=str(workspace.path), branch=workspace.branch, base_commit=base,
-                       harness_sha256=hashlib.sha256(harness).hexdigest(), created="", agent="replay")
-    fake = FakeModal()
-    runner = ModalRunner(RunnerSettings(config, folder), workspace, lambda: False, InFlight(folder.path), harness,
-                         fake, fake.from_id, ComputePrices.load(None), gpu="H100", cpu=8)
-    monkeypatch.setenv("AUTORL_MODAL_EVAL_CPU", "2")
-    try:
-        slot = Slot(1, ExpFolder(folder.path / "exp-0001"), "exp 1")
-        m = runner.measure(slot, base, 1)
-        assert m.status is None and m.score == 500.0, m.note
-        policy = slot.folder.out / "policy.pt"
-        runner.harness_bytes = harness + b"\n# changed\n"   # the bytes sent no longer match the recorded hash
-        outcome = runner.evaluate(slot, policy)
-        assert outcome.tampered and "HarnessRefused" in outcome.error
-        assert outcome.compute_usd == pytest.approx(outcome.wall_s / 3600 * 2 * 0.047)
-        assert add_evaluation(Measurement(), outcome, slot.folder).status == "invalid"
-    finally:
-        runner.close()
