@@ -58,6 +58,7 @@ class Run:
         self.best_commit = config.base_commit
         self.disk = DiskSpace(folder.path, journal.set_waiting, stop.requested, stop.sleep)
         self.guard = Guard(folder, harness_bytes)
+        self._hosting_billed_to = time.monotonic()  # the daemon's own machine is billed up to here
         self.screening = Screening(config.screen, config.budget_s, folder) if config.screen else None
         self._load_best()
 
@@ -86,7 +87,11 @@ class Run:
     def append(self, row: Row) -> None:
         """fsync'd append of a whole line or nothing; a full disk is waited out rather than losing
         the row. A stop while waiting re-raises: the experiment stays in state.json, and a
-        `--resume` records it as interrupted."""
+        `--resume` records it as interrupted. The row also carries what the daemon's own machine
+        cost since the row before (the night's container on Modal; nothing locally)."""
+        now = time.monotonic()
+        row.cost_usd += self.runner.hosting_usd(now - self._hosting_billed_to)
+        self._hosting_billed_to = now
         delay = 1.0
         while True:
             try:
@@ -164,8 +169,11 @@ class Run:
                 self.append(Row.of(0, "train", m.status, m, commit, self.best_score, m.wall_s, m.compute_usd,
                                    f"baseline seed {seed} [{m.note}]"))
                 self.journal.end(0)
-                if m.status == "interrupted":
+                if m.status == "interrupted" and self.stop.requested():
                     return False
+                if m.status == "interrupted":  # the infrastructure's (a Modal call lost past its retries)
+                    raise RunError(f"baseline {index + 1}/{BASELINE_RUNS} was not measured ({m.note}); "
+                                   f"`--resume` retries it")
                 raise RunError(f"the unmodified {TRAIN_SCRIPT} failed its baseline run ({m.status}: "
                                f"{m.note}); see {folder.train_log}. Fix it, commit, and start a new run "
                                f"(--tag), or `--resume` to retry this one as it is")

@@ -62,6 +62,8 @@ from modal.exception import (FunctionTimeoutError, InputCancellation, InternalFa
                              RemoteError)
 from modal.types import FileEntry, FileEntryType, InputInfo, InputStatus
 
+from orchestrator.results import read_json
+
 AUTORL_ROOT = Path(__file__).resolve().parents[1]
 SEVEN_DAYS_S = 7 * 24 * 3600.0
 TICK_S = 0.05
@@ -86,13 +88,6 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
 class FakeApp:
     """An ephemeral app (app.run()): alive while its client process is and until stopped."""
 
@@ -109,10 +104,10 @@ class FakeApp:
         return app
 
     def stop(self) -> None:
-        _write_json(self.path, {**_read_json(self.path), "stopped": True})
+        _write_json(self.path, {**read_json(self.path), "stopped": True})
 
     def alive(self) -> bool:
-        state = _read_json(self.path)
+        state = read_json(self.path)
         if not state or state.get("stopped"):
             return False
         return client_alive(state["client_pid"], state["client_started"])
@@ -135,7 +130,7 @@ class FakeCall:
         self.dir = self.root / "calls" / call_id
 
     def _state(self) -> dict:
-        state = _read_json(self.dir / "call.json")
+        state = read_json(self.dir / "call.json")
         if state.get("status", "pending") == "pending" and not FakeApp(self.root, state.get("app_id", "?")).alive():
             state = {**state, "status": "terminated", "detail": "the app stopped"}  # its containers went with it
         return state
@@ -206,7 +201,7 @@ class _Scheduler:
         self.state_path = call.dir / "call.json"
 
     def update(self, **fields) -> None:
-        _write_json(self.state_path, {**_read_json(self.state_path), **fields})
+        _write_json(self.state_path, {**read_json(self.state_path), **fields})
 
     def finish(self, status: str, detail: str = "") -> None:
         self.update(status=status, detail=detail, finished_at=time.time())
@@ -259,7 +254,7 @@ class _Scheduler:
         if signalled == "timeout":
             self.finish("timeout", f"the input ran past the function's timeout of {self.timeout_s:g}s")
             return "timeout"
-        result = _read_json(self.call.dir / f"result-{task}.json")
+        result = read_json(self.call.dir / f"result-{task}.json")
         self.finish(result.get("status", "terminated"), result.get("detail", f"container exited {proc.returncode}"))
         return "ended"
 
@@ -292,7 +287,7 @@ class FakeModal:
         """A container's environment: the image's, not the daemon's (no run of the daemon's; one
         scoring core, as a container declared with cpu=1 would have)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTORL_", "MODAL_"))}
-        state = _read_json(self.app.path)
+        state = read_json(self.app.path)
         return {**env, "PYTHONPATH": str(AUTORL_ROOT), "AUTORL_MODAL_EVAL_CPU": "1",
                 "FAKE_MODAL_CLIENT": f"{state['client_pid']}:{state['client_started']}"}
 
@@ -313,7 +308,7 @@ def run_container(call_dir: Path, task: str) -> None:
 
     from orchestrator.runners import modal_functions
 
-    state = _read_json(call_dir / "call.json")
+    state = read_json(call_dir / "call.json")
     args, kwargs = deserialize((call_dir / "input.pkl").read_bytes(), None)
     result_path = call_dir / f"result-{task}.json"
     try:

@@ -15,10 +15,11 @@ import time
 from argparse import Namespace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from orchestrator.agents.replay import ReplayAgent
-from orchestrator.config import Limits, Options, RunConfig
+from orchestrator.config import Limits, Options, RunConfig, RunError
 from orchestrator.inflight import InFlight
 from orchestrator.results import ExpFolder, RunFolder
 from orchestrator.runners import RunnerSettings, Slot
@@ -37,18 +38,20 @@ QUICK = CallPolicy(queue_limit_s=60, tries=2, backoff_s=0.2, answer_margin_s=5, 
 NEVER = 1e9  # a queue that never yields a GPU
 
 
-def modal_factory(fake: FakeModal, policy: CallPolicy = QUICK):
+def modal_factory(fake: FakeModal, policy: CallPolicy = QUICK, prices: ComputePrices | None = None, cpu: float = 8,
+                  host_cpu: float = 0.0):
     def factory(config, folder, workspace, stop, journal, harness_bytes):
         return ModalRunner(RunnerSettings(config, folder), workspace, stop.requested, journal, harness_bytes, fake,
-                           fake.from_id, ComputePrices.load(None), gpu="H100", cpu=8, close=fake.stop, policy=policy)
+                           fake.from_id, prices or ComputePrices.load(None), gpu="H100", cpu=cpu, close=fake.stop,
+                           policy=policy, host_cpu=host_cpu)
     return factory
 
 
-def options(repo, replay, fake, policy: CallPolicy = QUICK, **kw):
+def options(repo, replay, fake, policy: CallPolicy = QUICK, factory=None, **kw):
     # grace 10: the tiny train.py still imports torch, which a loaded machine must not turn into a kill
     settings = dict(env_id="CartPole-v1", tag="cloud", agent="replay", budget_s=2, grace_s=10, eval_episodes=10,
                     eval_workers=1, runner="modal", repo=repo, agent_args=Namespace(replay_dir=replay),
-                    runner_factory=modal_factory(fake, policy))
+                    runner_factory=factory or modal_factory(fake, policy))
     return Options(**{**settings, **kw})
 
 
@@ -118,6 +121,42 @@ def test_results_land_in_the_local_layout_and_compute_is_billed(autorl_repo, tmp
     assert json.loads((repo / "results" / "cloud" / "run.json").read_text())["runner"] == "modal"
     assert len(fake.train.calls) == len(fake.evaluate.calls) == 3  # 2 baselines and exp 1
     assert not fake.app.alive(), "the session's app stops with the runner"
+
+
+def test_a_night_in_a_modal_container_bills_that_container_into_its_rows(autorl_repo, tmp_path, restore_signals,
+                                                                          monkeypatch):
+    """The daemon's own container (the night's, 2 cores) is billed into the rows for all the night's
+    time, the agent's turns included: here the only price is $1 per core-second and the train and
+    scoring containers are given no cores, so the rows add up to 2 x the night's seconds."""
+    monkeypatch.setenv("AUTORL_MODAL_EVAL_CPU", "0")
+    repo = autorl_repo(tiny_train_py(BIAS=1.0))
+    replay = write_replay(tmp_path / "replay", {1: {"candidate/train.py": tiny_train_py(BIAS=0.0),
+                                                    "DESCRIPTION": "no bias"}})
+    fake = FakeModal(tmp_path / "modal")
+    per_core_second = ComputePrices({"H100": 0.0, "cpu_core": 3600.0})
+    assert per_core_second.cost(10, "H100", 0) == 0.0 and per_core_second.cost(10, None, 2) == 20.0
+    started = time.monotonic()
+    factory = modal_factory(fake, prices=per_core_second, cpu=0, host_cpu=2)
+    assert start(options(repo, replay, fake, factory=factory), replay_factory, environ={}) == 0
+    elapsed = time.monotonic() - started
+
+    rows = read_results(repo, "cloud")
+    assert rows["status"].tolist() == ["baseline", "baseline", "keep"]
+    times = pd.to_datetime(rows["time"])
+    first_to_last = (times.iloc[-1] - times.iloc[0]).total_seconds()
+    assert 2 * (first_to_last - 1) <= rows["cost_usd"].sum() <= 2 * elapsed
+    assert (rows["cost_usd"] > 0).all()
+
+
+def test_a_baseline_the_infrastructure_never_ran_ends_the_night_saying_so(autorl_repo, tmp_path, restore_signals):
+    repo = autorl_repo(tiny_train_py(BIAS=1.0))
+    fake = FakeModal(tmp_path / "modal")
+    fake.train.plans = [Plan(queue_s=NEVER), Plan(queue_s=NEVER)]
+    policy = CallPolicy(queue_limit_s=2, tries=2, backoff_s=0.2, answer_margin_s=5, state_poll_s=0.2, poll_s=0.2)
+    with pytest.raises(RunError, match=r"baseline 1/2 was not measured \(infrastructure: .*never started.*--resume"):
+        start(options(repo, write_replay(tmp_path / "replay", {}), fake, policy), replay_factory, environ={})
+    rows = read_results(repo, "cloud")
+    assert rows["status"].tolist() == ["interrupted"] and "not your code" in rows["description"].iloc[0]
 
 
 def hang_with_child(sleep_arg: str) -> str:

@@ -127,6 +127,11 @@ class Runner(Protocol):
         """The train_sps of each of `specs` as `commit` would train on it, measured side by side in one
         process against one reference (`seconds` per figure); None when it failed."""
 
+    def hosting_usd(self, seconds: float) -> float:
+        """What `seconds` of the machine the daemon itself runs on cost: nothing on the user's own
+        machine, the night's CPU container on Modal. The loop bills it into each row, so a night's
+        rows add up to what it cost."""
+
     def cancel(self, handle: dict) -> bool:
         """Cancel a recorded handle (also one left by a previous daemon); True if it was live."""
 

@@ -285,6 +285,9 @@ class LocalRunner:
             shutil.rmtree(cache, ignore_errors=True)
         return results
 
+    def hosting_usd(self, seconds: float) -> float:
+        return 0.0  # the user's own machine
+
     # ------------------------------------------------------------ cancel
     def cancel(self, handle: dict) -> bool:
         return cancel_local(handle, [self.workspace.path, self.snapshots, self.settings.harness.parent])

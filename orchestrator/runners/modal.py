@@ -17,6 +17,7 @@ plus its CPU cores' (`--modal-price-table FILE.json` overrides any entry, in USD
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -71,7 +72,7 @@ class ModalRunner:
     def __init__(self, settings: RunnerSettings, workspace: Workspace, should_stop: StopCheck, journal: InFlight,
                  harness_bytes: bytes, functions: Any, call_from_id: Callable[[str], Any],
                  prices: Optional[ComputePrices] = None, gpu: str = DEFAULT_GPU, cpu: float = DEFAULT_TRAIN_CPU,
-                 close: Callable[[], None] = lambda: None, policy: CallPolicy = CallPolicy()):
+                 close: Callable[[], None] = lambda: None, policy: CallPolicy = CallPolicy(), host_cpu: float = 0.0):
         self.settings = settings
         self.workspace = workspace
         self.should_stop = should_stop
@@ -81,6 +82,7 @@ class ModalRunner:
         self.call_from_id = call_from_id
         self.prices = prices or ComputePrices(dict(DEFAULT_PRICES_PER_HOUR))
         self.gpu, self.cpu = gpu, cpu
+        self.host_cpu = host_cpu  # cores of the Modal container the daemon runs in (the night's); 0: not on Modal
         self._close = close
         self.calls = CallWatcher(journal, should_stop, policy)
         self.local = LocalRunner(settings, workspace, should_stop, journal, harness_bytes)
@@ -99,9 +101,11 @@ class ModalRunner:
         cpu = float(options.get("cpu") or modal_functions.TRAIN_CPU)
         session = modal_functions.session(gpu, cpu)
         functions = session.__enter__()
+        in_night_container = bool(os.environ.get(modal_functions.FUNCTION_IDS_ENV))
         return cls(settings, workspace, should_stop, journal, harness_bytes, functions, modal.FunctionCall.from_id,
                    ComputePrices.load(options.get("price_table")), gpu, cpu,
-                   close=lambda: session.__exit__(None, None, None))
+                   close=lambda: session.__exit__(None, None, None),
+                   host_cpu=modal_functions.NIGHT_CPU if in_night_container else 0.0)
 
     # ------------------------------------------------------------ measure
     def measure(self, slot: Slot, commit: str, seed: int, budget_s: Optional[float] = None) -> Measurement:
@@ -192,6 +196,9 @@ class ModalRunner:
         log.warning("cancelled Modal call %s (%s) left by the previous daemon", handle["call_id"],
                     handle.get("stage", "?"))
         return True
+
+    def hosting_usd(self, seconds: float) -> float:
+        return self.prices.cost(seconds, None, self.host_cpu)
 
     def close(self) -> None:
         self.local.close()
