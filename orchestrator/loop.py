@@ -85,13 +85,11 @@ class Run:
         return self.ledger.cost() + self.turns.pending_cost
 
     def append(self, row: Row) -> None:
-        """fsync'd append of a whole line or nothing; a full disk is waited out rather than losing
-        the row. A stop while waiting re-raises: the experiment stays in state.json, and a
-        `--resume` records it as interrupted. The row also carries what the daemon's own machine
-        cost since the row before (the night's container on Modal; nothing locally)."""
-        now = time.monotonic()
-        row.cost_usd += self.runner.hosting_usd(now - self._hosting_billed_to)
-        self._hosting_billed_to = now
+        """fsync'd append of a whole line or nothing, with the daemon's own machine billed since the
+        row before (a night's container on Modal). A full disk is waited out; a stop while waiting
+        re-raises: the experiment stays in state.json, and a `--resume` records it as interrupted."""
+        billed_to, self._hosting_billed_to = self._hosting_billed_to, time.monotonic()
+        row.cost_usd += self.runner.hosting_usd(self._hosting_billed_to - billed_to)
         delay = 1.0
         while True:
             try:
@@ -169,11 +167,11 @@ class Run:
                 self.append(Row.of(0, "train", m.status, m, commit, self.best_score, m.wall_s, m.compute_usd,
                                    f"baseline seed {seed} [{m.note}]"))
                 self.journal.end(0)
-                if m.status == "interrupted" and self.stop.requested():
-                    return False
-                if m.status == "interrupted":  # the infrastructure's (a Modal call lost past its retries)
+                if m.status == "interrupted":  # by a stop, or by the infrastructure (a Modal call past its retries)
+                    if self.stop.requested():
+                        return False
                     raise RunError(f"baseline {index + 1}/{BASELINE_RUNS} was not measured ({m.note}); "
-                                   f"`--resume` retries it")
+                                   "`--resume` retries it")
                 raise RunError(f"the unmodified {TRAIN_SCRIPT} failed its baseline run ({m.status}: "
                                f"{m.note}); see {folder.train_log}. Fix it, commit, and start a new run "
                                f"(--tag), or `--resume` to retry this one as it is")
