@@ -152,18 +152,24 @@ def full_budget_equivalents(run_dir: Path, screen: float | None) -> float:
 
 
 # ---------------------------------------------------------------- rescoring
+def verify_cache_of(clone: Path) -> Path | None:
+    """The verdict cache of the night run in `clone` (what its setup verified), if any."""
+    caches = sorted((clone / "results").glob("*/verify-cache"))
+    return caches[0] if caches else None
+
+
 def rescore(clone: Path, commit: str, env_id: str, budget_s: float, seeds: list[int], root: Path,
-            run_args: tuple) -> list[float]:
-    """Train `commit`'s train.py on each fresh seed and score it with the harness (fresh eval seeds)."""
+            run_args: tuple, verify_cache: Path | None) -> list[float]:
+    """Train `commit`'s train.py on each fresh seed and score it with the harness (fresh eval seeds),
+    on the backends `verify_cache` holds verified (the night's: every rescoring of a problem then
+    takes the path its night took; None with --no-setup-verify: the host path)."""
     scores = []
     work = root / f"rescore-{commit[:8]}"
     shutil.rmtree(work, ignore_errors=True)
     subprocess.run(["git", "worktree", "add", "-q", "--detach", str(work), commit], cwd=clone, check=True)
     env = _env()
-    if "--no-setup-verify" not in run_args:  # train on what the night's setup verified
-        caches = sorted((clone / "results").glob("*/verify-cache"))
-        if caches:
-            env["AUTORL_VERIFY_CACHE"] = str(caches[0])
+    if verify_cache is not None and "--no-setup-verify" not in run_args:
+        env["AUTORL_VERIFY_CACHE"] = str(verify_cache)
     try:
         for seed in seeds:
             out = work / f"out-{seed}"
@@ -255,21 +261,24 @@ def main() -> int:
     try:
         for problem in problems:
             print(f"# {problem.name}: {problem.env_id} {problem.budget_s:g}s; {problem.why}", flush=True)
-            if problem.detune:  # the gap a night can close: the shipped train.py, rescored alike
-                clone, shipped = clone_with_start(base / f"{problem.name}-shipped", Problem(
-                    problem.name, problem.env_id, problem.budget_s, {}, run_args=problem.run_args))
-                shipped_scores[problem.name] = float(np.mean(rescore(
-                    clone, shipped, problem.env_id, problem.budget_s, seeds, base, problem.run_args)))
             for searcher in searchers:
                 for night in range(1, args.repeats + 1):
                     root = base / f"{problem.name}-{searcher}-{night}"
                     root.mkdir(parents=True)
                     n = run_night(root, problem, searcher, args.experiments, args.screen,
                                   timeout_s=args.experiments * (problem.budget_s * 6 + 240) + 900)
+                    cache = verify_cache_of(n["clone"])
+                    if problem.detune and problem.name not in shipped_scores:
+                        # the gap a night can close: the shipped train.py, rescored alike (same path)
+                        clone, shipped = clone_with_start(base / f"{problem.name}-shipped", Problem(
+                            problem.name, problem.env_id, problem.budget_s, {}, run_args=problem.run_args))
+                        shipped_scores[problem.name] = float(np.mean(rescore(
+                            clone, shipped, problem.env_id, problem.budget_s, seeds, base, problem.run_args, cache)))
                     start = rescore(n["clone"], n["start"], problem.env_id, problem.budget_s, seeds, root,
-                                    problem.run_args)
+                                    problem.run_args, cache)
                     best = start if n["best"] == n["start"] else rescore(
-                        n["clone"], n["best"], problem.env_id, problem.budget_s, seeds, root, problem.run_args)
+                        n["clone"], n["best"], problem.env_id, problem.budget_s, seeds, root, problem.run_args,
+                        cache)
                     p, significant = better(best, start)
                     improvement = float(np.mean(best) - np.mean(start))
                     gap = shipped_scores.get(problem.name, math.nan) - float(np.mean(start))
