@@ -204,6 +204,8 @@ def test_stop_reasons_between_experiments(autorl_repo):
     from orchestrator.inflight import InFlight
     from orchestrator.loop import Run
     from orchestrator.results import RunFolder
+    from orchestrator.runners import RunnerSettings
+    from orchestrator.runners.local import LocalRunner
     from orchestrator.workspace import Workspace
 
     repo = autorl_repo(tiny_train_py(), files={".gitignore": "__pycache__/\n"})
@@ -216,9 +218,12 @@ def test_stop_reasons_between_experiments(autorl_repo):
                        train_seeds=[1, 2], confirm_seed=2, eval_timeout_s=60, eval_workers=1, schedule=["train"],
                        main_root=str(repo), worktree=str(workspace.path), branch=workspace.branch,
                        base_commit=base, harness_sha256="-", created="-", agent="replay")
+    stop, journal = StopControl(run_dir), InFlight(run_dir)
+    # a local runner: the daemon's own machine is billed nothing, so the rows' costs are the limits' whole story
+    runner = LocalRunner(RunnerSettings(config, RunFolder(run_dir)), workspace, stop.requested, journal, b"")
     run = Run(config, RunFolder(run_dir), workspace, Limits(max_experiments=2, deadline=time.time() + 30,
                                                             max_cost=2.0),
-              StopControl(run_dir), runner=None, journal=InFlight(run_dir), agent=None, harness_bytes=b"")
+              stop, runner=runner, journal=journal, agent=None, harness_bytes=b"")
     assert run.stop_reason() == "the deadline leaves no time for another experiment"  # 60 s do not fit
     run.limits.deadline = time.time() + 3600
     assert run.stop_reason() is None
@@ -231,5 +236,6 @@ def test_stop_reasons_between_experiments(autorl_repo):
     run.limits.max_cost = None
     (run_dir / "STOP").write_text("")
     assert run.stop_reason() == "stopped (stop request)"
+    runner.close()
     # The user's checkout stays clean although its .gitignore does not mention runs/ or results/.
     assert workspace.main.git.status("--porcelain") == ""
