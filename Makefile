@@ -24,11 +24,11 @@ demo: install
 	$(PY) -m orchestrator run --env Pendulum-v1 --budget 15 --max-experiments 4 --optuna-params LEARNING_RATE,JAX_LEARNING_RATE
 	$(PY) -m orchestrator report
 
-# one worker more than cores: most tests wait on real subprocesses (training budgets, timeouts,
-# servers), so with one worker per core the 2 cores stood half idle (15 min of CPU in 16 min of
-# wall); PYTEST_WORKERS=0 runs them in one process. worksteal: a worker that runs out of tests takes
-# some of another's queue (plain load scheduling left one worker alone on its share at the end)
-PYTEST_WORKERS ?= $(shell $(PYTHON) -c 'import os; print((os.cpu_count() or 1) + 1)')
+# one worker per core: most tests wait on real subprocesses (training budgets, timeouts), so two
+# workers on 2 cores halve the wall time; PYTEST_WORKERS=0 runs them in one process. worksteal: a
+# worker that runs out of tests takes some of the other's queue (plain load scheduling left one
+# worker alone on its share for the last minutes)
+PYTEST_WORKERS ?= auto
 test: install
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
 
