@@ -15,7 +15,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from .results import RunFolder
 
@@ -122,12 +122,17 @@ class StopControl:
 
     def sleep(self, seconds: float) -> bool:
         """Sleep unless a stop arrives; True when it slept the whole time."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            if self.requested():
-                return False
-            time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
-        return not self.requested()
+        return sleep_unless(self.requested, seconds)
+
+
+def sleep_unless(stop_requested: Callable[[], bool], seconds: float, tick_s: float = 0.5) -> bool:
+    """Sleep `seconds`, looking at `stop_requested` every `tick_s`; True when it slept the whole time."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if stop_requested():
+            return False
+        time.sleep(min(tick_s, max(0.0, deadline - time.monotonic())))
+    return not stop_requested()
 
 
 def request_stop(run_dir: Path, wait_s: float = 120.0) -> tuple[Optional[int], bool]:

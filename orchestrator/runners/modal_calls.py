@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..daemon import log, progress
+from ..daemon import log, progress, sleep_unless
 from ..inflight import InFlight
 
 WAITING, RUNNING, UNKNOWN = "waiting", "running", "unknown"
@@ -110,7 +110,7 @@ class CallWatcher:
                 delay = p.backoff_s * 2 ** (attempt - 2)
                 log.warning("%s: %s; Modal call %s again in %.0fs (try %d of %d)", label, outcome.detail, stage,
                             delay, attempt, p.tries)
-                if not self._sleep(delay):
+                if not sleep_unless(self.should_stop, delay, tick_s=0.2):
                     return CallOutcome("interrupted", waited_s=waited, queued_s=queued, call_id=outcome.call_id,
                                        tries=attempt - 1, earlier=earlier)
             outcome = self._one_try(exp, stage, spawn, run_limit_s + p.answer_margin_s, waiting_for, label, tick,
@@ -121,14 +121,6 @@ class CallWatcher:
                 return outcome
         outcome.detail = f"{outcome.detail} (tried {p.tries} times)" if p.tries > 1 else outcome.detail
         return outcome
-
-    def _sleep(self, seconds: float) -> bool:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            if self.should_stop():
-                return False
-            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
-        return not self.should_stop()
 
     def _one_try(self, exp: int, stage: str, spawn: Callable[[], Any], run_limit_s: float, waiting_for: str,
                  label: str, tick: str, attempt: int, overrun: str) -> CallOutcome:
