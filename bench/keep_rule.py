@@ -1,14 +1,16 @@
-"""The keep rule's error rates and cost, by simulation (orchestrator/keep_rule.simulate).
+"""The keep rule's error rates and cost, by simulation (orchestrator/keep_rule.simulate, simulate_night).
 
     python bench/keep_rule.py [--trials 20000]
 
-For each number of same-code pairs the night has produced so far, candidates whose true score
-is the best's (no gain) or the best's + 2 sigma are judged by the rule; prints how often each is
-kept, the mean number of train runs per candidate (1 + confirmations) and how often the gain is
-kept on its first run. Two settings of the
-best: the reference the rule compares against (what the rule's levels are about), and the mean
-of 2 runs of code as good as the best (a night's start: the baseline), whose own noise adds to
-the comparison.
+Per candidate: for each number of same-code pairs the night has produced so far, candidates whose
+true score is the best's (no gain) or the best's + 2 / 4 sigma are judged by the rule as the first
+candidate of a stretch (level 2.5%), against a best that is the mean of the 2 baseline runs; prints
+how often each is kept and the mean number of train runs per candidate (1 + confirmations), and
+beside it the rule that took the best's mean as exact (how it was before).
+
+Per night: nights of 12 and 30 candidates, none better than the start (a night that can gain
+nothing), and nights with one real gain at candidate j: how often a night keeps something no
+better than its best then, how often it finds the gain, the runs it spends.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from orchestrator.keep_rule import simulate  # noqa: E402
+from orchestrator.keep_rule import simulate, simulate_night  # noqa: E402
 
 
 def main() -> int:
@@ -26,15 +28,24 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=20000)
     parser.add_argument("--se", type=float, default=0.1, help="evaluation standard error, in sigmas")
     args = parser.parse_args()
-    for best_runs, title in ((0, "best = the reference"), (2, "best = mean of 2 runs (the baseline)")):
-        print(f"{title}; {args.trials} candidates per cell")
-        print("  pairs | no gain: kept  runs | +2 sigma: kept  runs  first run")
-        for pairs in (1, 2, 3, 5, 8, 10, 20, 40):
-            null = simulate(0.0, pairs, args.trials, seed=pairs, se=args.se, best_runs=best_runs)
-            gain = simulate(2.0, pairs, args.trials, seed=10_000 + pairs, se=args.se, best_runs=best_runs)
-            print(f"  {pairs:5d} |       {null.kept:6.3f} {null.runs:5.2f} |         {gain.kept:6.3f} {gain.runs:5.2f}"
-                  f"  {gain.outright:6.3f}")
-        print()
+    print(f"one candidate against the mean of 2 baselines; {args.trials} candidates per cell")
+    print("  pairs | no gain: kept  runs  (best as exact: kept) | +2 sigma: kept  runs | +4 sigma: kept  runs")
+    for pairs in (1, 2, 3, 5, 10, 20, 40):
+        null = simulate(0.0, pairs, args.trials, seed=pairs, se=args.se, best_runs=2)
+        blind = simulate(0.0, pairs, args.trials, seed=pairs, se=args.se, best_runs=2, rule_sees_best_runs=False)
+        two = simulate(2.0, pairs, args.trials, seed=10_000 + pairs, se=args.se, best_runs=2)
+        four = simulate(4.0, pairs, args.trials, seed=20_000 + pairs, se=args.se, best_runs=2)
+        print(f"  {pairs:5d} |         {null.kept:6.3f} {null.runs:5.2f}  ({blind.kept:6.3f})            |"
+              f"        {two.kept:6.3f} {two.runs:5.2f} |        {four.kept:6.3f} {four.runs:5.2f}")
+    nights = max(args.trials // 10, 200)
+    print(f"\nwhole nights (2 baselines, then the candidates); {nights} nights per line")
+    print("  night                                  | false-keep nights | keeps | gain (sigma) | runs")
+    cases = [("12 candidates, none better", [0.0] * 12), ("30 candidates, none better", [0.0] * 30)]
+    cases += [(f"+4 sigma at candidate {j}, 12 in all", [0.0] * (j - 1) + [4.0] + [0.0] * (12 - j)) for j in (1, 3, 6)]
+    cases += [("+3 then +6 sigma (candidates 2, 5)", [0.0, 3.0, 0.0, 0.0, 6.0] + [0.0] * 7)]
+    for label, gains in cases:
+        s = simulate_night(gains, nights, seed=len(label), se=args.se)
+        print(f"  {label:38s} | {s.false_keep_nights:17.3f} | {s.keeps:5.2f} | {s.gain:12.2f} | {s.runs:5.1f}")
     return 0
 
 

@@ -18,22 +18,31 @@ difference the 100-episode evaluation cannot resolve.
 
 The decision is sequential. A candidate is trained with seed 1, then, while the evidence is
 ambiguous, retrained with the confirmation seeds (2, 3, ...) up to MAX_RUNS runs. After its n-th
-run, with mean m_n of its n scores, against the best B, and sigma with df degrees of freedom
-(the candidate's own runs join the estimate: n - 1 more df):
+run, with mean m_n of its n scores, against the best B (itself the mean of n_B runs: the two
+baselines, a kept candidate's runs), and sigma with df degrees of freedom (the candidate's own runs
+join the estimate: n - 1 more df):
 
-    t_n = (m_n - B) / (sigma / sqrt n)
-    t_n > t(1 - LOOK_ALPHAS[n-1], df)        keep
-    t_n <= FUTILITY_T[n-1], or n = MAX_RUNS  discard (at n = 1: not above B)
-    otherwise                                train it again with the next confirmation seed
+    t_n = (m_n - B) / (sigma * sqrt(1/n + 1/n_B))
+    t_n > t(1 - alpha_k * LOOK_SHARES[n-1], df)   keep
+    t_n <= FUTILITY_T[n-1], or n = MAX_RUNS       discard (at n = 1: not above B)
+    otherwise                                     train it again with the next confirmation seed
 
-With B taken as the reference, each t_n is Student-t with df degrees of freedom for a candidate
-no better than B (normal scores: the mean is independent of the pooled variance), so it is kept
-with probability at most sum(LOOK_ALPHAS) = 5% whatever sigma and however few pairs the night
-has produced (Bonferroni over the looks; the futility stops only lower it). Up to three
-confirmations are what a true gain of 2 sigma needs to be kept >= 80% of the time from the
-night's first pair on; the futility bounds stop confirming candidates that are not trending up.
+B is measured too: comparing against it as if it were exact kept 11-12% of candidates no better
+than the best (bench/keep_rule.py), and a night whose baselines came out low would keep one
+equal candidate after another. With B's standard error in the denominator, t_n is Student-t with
+df degrees of freedom for a candidate no better than the best (normal scores), so the candidate
+is kept with probability at most alpha_k (Bonferroni over its looks; the futility stops only
+lower it).
+
+alpha_k is what the night spends on the k-th candidate judged since the last keep (or since the
+start): NIGHT_ALPHA / (k (k + 1)), i.e. 1/2, 1/6, 1/12, ... of it. The shares sum to one, so a
+night in which nothing can be gained (every candidate as good as the start) keeps something with
+probability at most NIGHT_ALPHA however long it runs, not 5% per candidate (46% over 12). A keep
+starts a new stretch with the full level: real gains renew what the search may spend, the way
+online false-discovery control (alpha investing, LORD) does. The price is power late in a long
+stretch of failures: the 10th candidate since a keep needs about 1.6x the gain the 1st needs.
 tests/test_keep_rule.py measures the error rates and the cost in runs; `python bench/keep_rule.py`
-prints them by number of pairs.
+prints them by number of pairs and for whole nights.
 """
 from __future__ import annotations
 
@@ -49,10 +58,16 @@ from scipy import stats
 from .config import BASELINE_RUNS
 from .results import Row, RunFolder, read_json
 
-LOOK_ALPHAS = (0.002, 0.008, 0.015, 0.025)  # false keeps allowed to each look: 5% in all
-FUTILITY_T = (0.0, 1.0, 1.5)                 # t at or below which a look stops confirming
-MAX_RUNS = len(LOOK_ALPHAS)                  # a candidate's runs at most: 1 + 3 confirmations
+NIGHT_ALPHA = 0.05                        # false keeps allowed per stretch of candidates between keeps
+LOOK_SHARES = (0.04, 0.16, 0.30, 0.50)    # how a candidate's level is split over its looks (sum 1)
+FUTILITY_T = (0.0, 1.0, 1.5)              # t at or below which a look stops confirming
+MAX_RUNS = len(LOOK_SHARES)               # a candidate's runs at most: 1 + 3 confirmations
 MIN_SIGMA = 1e-9       # sigma when every run and every evaluation agree exactly
+
+
+def candidate_alpha(k: int) -> float:
+    """The false-keep level of the k-th candidate (1, 2, ...) judged since the last keep."""
+    return NIGHT_ALPHA / (k * (k + 1))
 
 
 def confirmation_seed(first: int, k: int) -> int:
@@ -157,6 +172,24 @@ def night_noise(rows: list[Row], folder: RunFolder, train_seeds: list[int], conf
     return estimate(runs)
 
 
+def best_evidence(rows: list[Row], folder: RunFolder) -> tuple[int, int]:
+    """(how many runs the best score is the mean of, train candidates judged since the last keep),
+    from results.tsv's rows: the baselines' count, a kept candidate's runs (its first and its
+    confirmations), one for a re-baseline; the judged candidates are the scored keeps and discards
+    since the last train keep (a resumed night spends where it left off)."""
+    runs, judged = BASELINE_RUNS, 0
+    for row in rows:
+        if row.phase != "train" or row.score is None:
+            continue
+        if row.status == "baseline":
+            runs = sum(1 for r in rows if r.exp == 0 and r.status == "baseline") if row.exp == 0 else 1
+        elif row.status == "keep":
+            runs, judged = 1 + len(folder.exp(row.exp).confirmations()), 0
+        elif row.status == "discard":
+            judged += 1
+    return runs, judged
+
+
 @lru_cache(maxsize=None)
 def t_quantile(p: float, df: int) -> float:
     return float(stats.t.ppf(p, max(df, 1)))  # no pair yet: as conservative as one pair
@@ -172,17 +205,20 @@ class Decision:
         return asdict(self)
 
 
-def look(scores: list[float], best: float, noise: Noise) -> Decision:
+def look(scores: list[float], best: float, noise: Noise, best_runs: int = 0, alpha: float = NIGHT_ALPHA) -> Decision:
     """After a candidate's n-th run (`scores` are its n scores; `noise` already holds them as a
-    group when n >= 2): keep, discard, or confirm once more."""
+    group when n >= 2), against `best`, the mean of `best_runs` runs (0: a reference known
+    exactly), at the candidate's level `alpha`: keep, discard, or confirm once more."""
     n = len(scores)
     mean = sum(scores) / n
-    spread = noise.sigma / math.sqrt(n)
+    spread = noise.sigma * math.sqrt(1 / n + (1 / best_runs if best_runs else 0.0))
     t = (mean - best) / spread
-    threshold = best + t_quantile(1 - LOOK_ALPHAS[n - 1], noise.df) * spread
+    level = alpha * LOOK_SHARES[n - 1]
+    threshold = best + t_quantile(1 - level, noise.df) * spread
     runs = f"{n} seeds: {', '.join(f'{s:.3f}' for s in scores)} (mean {mean:.3f})" if n > 1 else f"{mean:.3f}"
-    gap = f"threshold {threshold:.3f} = best {best:.3f} + t(1-{LOOK_ALPHAS[n - 1]:g}, {noise.df})" \
-          f"*sigma{'/sqrt' + str(n) if n > 1 else ''}; {noise.short()}"
+    of_best = f"1/{best_runs}" if best_runs else "0"
+    gap = f"threshold {threshold:.3f} = best {best:.3f} + t(1-{level:.2g}, {noise.df})" \
+          f"*sigma*sqrt(1/{n}+{of_best}); {noise.short()}"
     if mean > threshold:
         verb = "beats" if n == 1 else "confirmed over"
         return Decision("keep", threshold, f"{verb} {runs} > {gap}")
@@ -212,11 +248,13 @@ class Simulated:
 
 
 def simulate(gain: float, pairs: int, trials: int, seed: int = 0, sigma: float = 1.0, se: float = 0.0,
-             best_runs: int = 0) -> Simulated:
-    """`trials` candidates whose true score is the best's + gain * sigma, judged by this rule.
-    Every score is normal with seed-to-seed noise sigma (evaluation standard error `se`); the
-    night so far has produced `pairs` pairs of runs of the same code. The best is the reference
-    (best_runs=0) or itself the mean of `best_runs` runs of code as good as the best."""
+             best_runs: int = 0, k: int = 1, rule_sees_best_runs: bool = True) -> Simulated:
+    """`trials` candidates whose true score is the best's + gain * sigma, judged by this rule as the
+    k-th candidate since the last keep. Every score is normal with seed-to-seed noise sigma
+    (evaluation standard error `se`); the night so far has produced `pairs` pairs of runs of the
+    same code. The best is the reference (best_runs=0) or itself the mean of `best_runs` runs of
+    code as good as the best; `rule_sees_best_runs=False` judges as if that mean were exact (the
+    rule before it counted the best's own noise)."""
     import random
 
     rng = random.Random(seed)
@@ -224,9 +262,9 @@ def simulate(gain: float, pairs: int, trials: int, seed: int = 0, sigma: float =
     true_best = 100.0
     for _ in range(trials):
         history = []
-        for k in range(pairs):
+        for pair in range(pairs):
             mu = rng.uniform(0.0, 200.0)
-            history += [ScoredRun(f"code {k}", s, mu + rng.gauss(0.0, sigma), se) for s in (1, 2)]
+            history += [ScoredRun(f"code {pair}", s, mu + rng.gauss(0.0, sigma), se) for s in (1, 2)]
         noise = estimate(history)
         best = true_best if not best_runs else \
             sum(true_best + rng.gauss(0.0, sigma) for _ in range(best_runs)) / best_runs
@@ -234,10 +272,57 @@ def simulate(gain: float, pairs: int, trials: int, seed: int = 0, sigma: float =
         while True:
             candidate.append(ScoredRun("candidate", len(candidate) + 1,
                                        true_best + gain * sigma + rng.gauss(0.0, sigma), se))
-            decision = look([r.score for r in candidate], best, noise.including(candidate, [se]))
+            decision = look([r.score for r in candidate], best, noise.including(candidate, [se]),
+                            best_runs if rule_sees_best_runs else 0, candidate_alpha(k))
             if decision.action != "confirm":
                 break
         runs += len(candidate)
         kept += decision.action == "keep"
         outright += decision.action == "keep" and len(candidate) == 1
     return Simulated(kept / trials, runs / trials, outright / trials, trials)
+
+
+@dataclass
+class SimulatedNight:
+    """Whole nights judged by this rule, on synthetic scores."""
+    false_keep_nights: float   # fraction of nights that kept a candidate no better than the best then
+    keeps: float               # mean keeps per night
+    gain: float                # mean true gain of the night's final best over the start, in sigmas
+    runs: float                # mean train runs per night (baselines and confirmations included)
+    trials: int
+
+
+def simulate_night(gains: list[float], trials: int, seed: int = 0, sigma: float = 1.0, se: float = 0.0,
+                   baseline_runs: int = 2) -> SimulatedNight:
+    """`trials` nights: the start is scored by `baseline_runs` runs, then candidate j (true score
+    the start's + gains[j] * sigma) is judged against the best so far, as the loop does: its runs
+    join the noise estimate, a keep makes its mean the best (of its runs) and starts a new stretch."""
+    import random
+
+    rng = random.Random(seed)
+    false_nights = keeps = runs = 0
+    gain_sum = 0.0
+    for _ in range(trials):
+        history = [ScoredRun("start", s, rng.gauss(0.0, sigma), se) for s in range(1, baseline_runs + 1)]
+        best = sum(r.score for r in history) / baseline_runs
+        best_runs, best_true, k, false_keep = baseline_runs, 0.0, 0, False
+        for j, gain in enumerate(gains):
+            k += 1
+            candidate: list[ScoredRun] = []
+            while True:
+                candidate.append(ScoredRun(f"exp {j}", len(candidate) + 1, gain * sigma + rng.gauss(0.0, sigma), se))
+                decision = look([r.score for r in candidate], best, estimate(history + candidate, [se]),
+                                best_runs, candidate_alpha(k))
+                if decision.action != "confirm":
+                    break
+            history += candidate
+            runs += len(candidate)
+            if decision.action == "keep":
+                keeps += 1
+                false_keep |= gain * sigma <= best_true
+                best, best_runs, best_true, k = sum(r.score for r in candidate) / len(candidate), len(candidate), \
+                    gain * sigma, 0
+        false_nights += false_keep
+        gain_sum += best_true / sigma
+        runs += baseline_runs
+    return SimulatedNight(false_nights / trials, keeps / trials, gain_sum / trials, runs / trials, trials)

@@ -24,7 +24,7 @@ from .disk import DiskSpace, is_disk_full
 from .guard import Guard
 from .report import refresh as refresh_report
 from .inflight import InFlight, recorded
-from .keep_rule import Noise, night_noise, write_decision
+from .keep_rule import Noise, best_evidence, night_noise, write_decision
 from .phases import (PHASES, Confirm, Incumbent, Phase, RepairRound, TrainPhase, TranslatePhase, TranslateTrial,
                      Verdict, Verify, judge, translate_languages)
 from .ledger import Ledger
@@ -78,8 +78,9 @@ class Run:
         return night_noise(self.ledger.rows, self.folder, self.config.train_seeds, self.config.confirm_seed)
 
     def incumbent(self) -> Incumbent:
+        runs, judged = best_evidence(self.ledger.rows, self.folder)
         return Incumbent(self.best_score, self.best_commit, self.noise_estimate(),
-                         (self.config.train_seeds[0], self.config.confirm_seed))
+                         (self.config.train_seeds[0], self.config.confirm_seed), runs, judged)
 
     def total_cost(self) -> float:
         return self.ledger.cost() + self.turns.pending_cost

@@ -25,7 +25,7 @@ from envs_fast.protocol import sync_companion, translation_path
 
 from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log
-from .keep_rule import FUTILITY_T, LOOK_ALPHAS, Noise, ScoredRun, confirmation_seed, look
+from .keep_rule import FUTILITY_T, LOOK_SHARES, Noise, ScoredRun, candidate_alpha, confirmation_seed, look
 from .results import RunFolder, Row, read_json
 from .runners.base import Measurement, Slot
 from .workspace import compile_errors, disallowed
@@ -38,6 +38,8 @@ class Incumbent:
     commit: str
     noise: Noise                          # seed-to-seed noise of a run's score, measured this night
     seeds: tuple[int, int] = (1, 2)       # a candidate's train seed and its first confirmation seed
+    runs: int = 0                         # how many runs `score` is the mean of (0: as if exact)
+    judged: int = 0                       # train candidates judged since the last keep
 
 
 @dataclass
@@ -148,17 +150,20 @@ class TrainPhase(Phase):
                 verdicts[i] = verdict_of(m, m.status)
         best, noise = incumbent.score, incumbent.noise
         kept: Optional[int] = None
+        judged = incumbent.judged
         ranked = sorted((i for i, m in enumerate(measured) if not m.status), key=lambda i: -measured[i].score)
         for i in ranked:
             m = measured[i]
             first = ScoredRun(f"exp {exps[i]}", incumbent.seeds[0], m.score, _se(m), f"exp {exps[i]}")
-            record = {"exp": exps[i], "best": best, "incumbent": incumbent.commit,
-                      "rule": {"look_alphas": list(LOOK_ALPHAS), "futility_t": list(FUTILITY_T)}, "looks": []}
+            record = {"exp": exps[i], "best": best, "best_runs": incumbent.runs, "incumbent": incumbent.commit,
+                      "rule": {"look_shares": list(LOOK_SHARES), "futility_t": list(FUTILITY_T)}, "looks": []}
             if kept is not None:
                 verdicts[i] = verdict_of(m, "discard", f"exp {exps[kept]} of the same round was kept "
                                                        f"({verdicts[kept].score:.3f})")
                 record["looks"].append({"runs": [asdict(first)], "action": "discard", "note": verdicts[i].note})
             else:
+                judged += 1  # the k-th candidate since the last keep: its share of the night's level
+                record.update(judged_since_keep=judged, alpha=candidate_alpha(judged))
                 verdicts[i], noise = yield from self._judge(i, m, first, noise, incumbent, record)
             verdicts[i].decision = record
             if verdicts[i].status == "keep":
@@ -173,7 +178,7 @@ class TrainPhase(Phase):
         runs, measurements = [run], [first]
         while True:
             after = noise.including(runs, [run.se])
-            decision = look([r.score for r in runs], incumbent.score, after)
+            decision = look([r.score for r in runs], incumbent.score, after, incumbent.runs, record["alpha"])
             record["looks"].append({"runs": [asdict(r) for r in runs], "noise": after.evidence(),
                                     **decision.evidence()})
             if decision.action != "confirm":

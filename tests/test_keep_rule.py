@@ -8,22 +8,25 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.keep_rule import LOOK_ALPHAS, MAX_RUNS, ScoredRun, estimate, look, simulate, t_quantile
+from orchestrator.keep_rule import (LOOK_SHARES, MAX_RUNS, NIGHT_ALPHA, best_evidence, ScoredRun, candidate_alpha, estimate, look, simulate,
+                                    simulate_night, t_quantile)
 from orchestrator.ledger import Ledger
 from orchestrator.loop import Run
 from orchestrator.results import ExpFolder, ResultsFile, Row, RunFolder
 
 
 def test_simulated_error_rates_and_cost(capsys):
-    """Thousands of candidates against the best, seed noise sigma known to the simulation only."""
+    """Thousands of candidates against a best that is itself the mean of the 2 baseline runs, seed
+    noise sigma known to the simulation only."""
     table = []
     for pairs in (1, 3, 10):
-        null = simulate(0.0, pairs, 4000, seed=pairs, sigma=7.0, se=0.5)
-        gain = simulate(2.0, pairs, 4000, seed=1000 + pairs, sigma=7.0, se=0.5)
+        null = simulate(0.0, pairs, 4000, seed=pairs, sigma=7.0, se=0.5, best_runs=2)
+        gain = simulate(4.0, pairs, 4000, seed=1000 + pairs, sigma=7.0, se=0.5, best_runs=2)
         table.append((pairs, null, gain))
-        # No real improvement: kept at most 5% of the time, however few pairs the night has.
-        assert null.kept <= sum(LOOK_ALPHAS), (pairs, null)
-        # A true gain of 2 sigma: kept >= 80% of the time from the night's first pair on.
+        # No real improvement: the first candidate of a stretch is kept at most at its level, 2.5%,
+        # the best's own noise counted, however few pairs the night has.
+        assert null.kept <= candidate_alpha(1) + 0.005, (pairs, null)
+        # A true gain of 4 sigma: kept >= 80% of the time from the night's first pair on.
         assert gain.kept >= 0.80, (pairs, gain)
         # The cost, confirmations counted: runs per candidate.
         assert 1.0 < null.runs < 2.0 and 1.0 < gain.runs < MAX_RUNS, (pairs, null, gain)
@@ -31,10 +34,29 @@ def test_simulated_error_rates_and_cost(capsys):
     # More pairs, a sharper sigma: more real gains kept, and for fewer runs.
     assert by_pairs[1][1].kept < by_pairs[3][1].kept < by_pairs[10][1].kept
     assert by_pairs[1][1].runs > by_pairs[3][1].runs > by_pairs[10][1].runs
+    # What counting the best's noise fixes: judged as if the baselines' mean were exact, 7% of
+    # equal candidates were kept at a nominal 2.5%.
+    blind = simulate(0.0, 3, 4000, seed=3, sigma=7.0, se=0.5, best_runs=2, rule_sees_best_runs=False)
+    assert blind.kept > 2 * candidate_alpha(1), blind
     with capsys.disabled():
-        print("\nkeep rule, simulated (4000 candidates each): pairs | no gain: kept, runs | 2 sigma: kept, runs")
+        print("\nkeep rule, simulated (4000 candidates each): pairs | no gain: kept, runs | 4 sigma: kept, runs")
         for pairs, null, gain in table:
             print(f"  {pairs:2d} | {null.kept:.3f} {null.runs:.2f} | {gain.kept:.3f} {gain.runs:.2f}")
+
+
+def test_a_night_with_nothing_to_gain_keeps_something_in_at_most_5_percent_of_nights():
+    """The night's level is shared by its candidates (1/2, 1/6, 1/12, ... of 5%): 12 or 30
+    candidates no better than the start keep one in <= 5% of nights, where 5% per candidate kept
+    one in up to half of them; a real gain among them is still found, and a keep renews the level."""
+    for length in (12, 30):
+        null = simulate_night([0.0] * length, 1500, seed=length, sigma=7.0, se=0.5)
+        assert null.false_keep_nights <= NIGHT_ALPHA, (length, null)
+    assert [candidate_alpha(k) / NIGHT_ALPHA for k in (1, 2, 3)] == pytest.approx([1 / 2, 1 / 6, 1 / 12])
+    one_gain = simulate_night([5.0] + [0.0] * 11, 1500, seed=7, sigma=7.0, se=0.5)
+    assert one_gain.keeps >= 0.85 and one_gain.false_keep_nights <= NIGHT_ALPHA, one_gain
+    # Two successive gains: the second is judged as the first of a new stretch.
+    climb = simulate_night([5.0, 10.0] + [0.0] * 10, 1500, seed=8, sigma=7.0, se=0.5)
+    assert climb.gain > 8.0, climb
 
 
 def test_simulation_is_scale_free_and_the_floor_only_tightens():
@@ -65,7 +87,7 @@ def test_identical_runs_do_not_make_the_noise_zero():
     assert noise.pooled == 0.0 and noise.sigma == pytest.approx(4.0)
     assert look([180.0], 180.0, noise).action == "discard"
     lucky = look([205.0], 180.0, noise)
-    assert lucky.action == "confirm" and lucky.threshold == pytest.approx(180 + t_quantile(1 - LOOK_ALPHAS[0], 1) * 4.0)
+    assert lucky.action == "confirm" and lucky.threshold == pytest.approx(180 + t_quantile(1 - NIGHT_ALPHA * LOOK_SHARES[0], 1) * 4.0)
     # A candidate far beyond anything the noise explains is kept without confirmation.
     assert look([1000.0], 180.0, noise).action == "keep"
     # The confirmation: the pair (205, 203) joins the estimate; the 2-seed mean must clear
@@ -74,7 +96,7 @@ def test_identical_runs_do_not_make_the_noise_zero():
     after = noise.including(candidate)
     second = look([205.0, 203.0], 180.0, after)
     assert after.df == 2 and second.action == "keep"
-    assert second.threshold == pytest.approx(180 + t_quantile(1 - LOOK_ALPHAS[1], 2) * after.sigma / math.sqrt(2))
+    assert second.threshold == pytest.approx(180 + t_quantile(1 - NIGHT_ALPHA * LOOK_SHARES[1], 2) * after.sigma / math.sqrt(2))
     assert "confirmed over 2 seeds: 205.000, 203.000" in second.note
     # A smaller 2-seed win (195, 193) is not yet evidence at this noise: one more run.
     smaller = [ScoredRun("cand", 1, 195.0, 4.0), ScoredRun("cand", 2, 193.0, 4.0)]
@@ -92,8 +114,20 @@ def test_confirming_stops_on_a_falling_mean_and_after_max_runs():
     last = [ScoredRun("c", s, score) for s, score in zip(range(1, MAX_RUNS + 1), (125.0, 112.0, 123.0, 116.0))]
     final = look([r.score for r in last], 110.0, noise.including(last))
     assert final.action == "discard" and f"{MAX_RUNS} runs at most" in final.note
-    # Bonferroni over the looks: the levels sum to 5%, each a stricter quantile than one look at 5%.
-    assert sum(LOOK_ALPHAS) == pytest.approx(0.05) and len(LOOK_ALPHAS) == MAX_RUNS
+    # Bonferroni over the looks: the shares of a candidate's level sum to one.
+    assert sum(LOOK_SHARES) == pytest.approx(1.0) and len(LOOK_SHARES) == MAX_RUNS
+
+
+def test_the_best_is_measured_too_and_its_runs_widen_the_threshold():
+    """The best to beat is the mean of its own runs: 2 baselines put sqrt(1/n + 1/2) in the
+    spread, and a lower level (a later candidate of the stretch) a higher quantile."""
+    noise = estimate([ScoredRun("base", 1, 100.0), ScoredRun("base", 2, 110.0),
+                      ScoredRun("x", 1, 50.0), ScoredRun("x", 2, 60.0)])       # sigma sqrt(50), 2 df
+    exact, measured = look([120.0], 105.0, noise), look([120.0], 105.0, noise, best_runs=2)
+    assert measured.threshold - 105.0 == pytest.approx((exact.threshold - 105.0) * math.sqrt(1.5))
+    later = look([120.0], 105.0, noise, best_runs=2, alpha=candidate_alpha(5))
+    assert later.threshold > measured.threshold
+    assert "sqrt(1/1+1/2)" in look([5000.0], 105.0, noise, best_runs=2).note   # the row says what it beat
 
 
 def _eval(folder: ExpFolder, mean: float, se: float = 1.0) -> None:
@@ -135,3 +169,11 @@ def test_a_nights_pairs_baselines_confirmations_and_re_baselines(tmp_path):
     assert noise.df == 4  # 1 + 1 + 2
     assert noise.pooled == pytest.approx(math.sqrt((10 ** 2 / 2 + 20 ** 2 / 2 + (3 ** 2 + 1 ** 2 + 4 ** 2)) / 4))
     assert run.noise == noise.sigma
+    # What the best's score is the mean of, and where the stretch stands, from the same rows: the
+    # last re-baseline (exp 9) is one run; no train keep since exp 5, and no candidate judged since.
+    assert best_evidence(rows, folder) == (1, 0)
+    # Before the translation of exp 8: exp 5's three runs, judged since: none (crash and invalid are not judged).
+    assert best_evidence(rows[:9], folder) == (3, 0)
+    assert best_evidence(rows[:2], folder) == (2, 0)                       # the two baselines
+    assert best_evidence(rows[:3], folder) == (2, 1)                       # exp 1 judged and discarded
+    assert best_evidence(rows[:4], folder) == (1, 0)                       # exp 2 kept outright: a new stretch
