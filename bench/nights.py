@@ -261,8 +261,8 @@ def main() -> int:
     try:
         for problem in problems:
             print(f"# {problem.name}: {problem.env_id} {problem.budget_s:g}s; {problem.why}", flush=True)
-            for searcher in searchers:
-                for night in range(1, args.repeats + 1):
+            for night in range(1, args.repeats + 1):   # night-major: a cut-short run still compares searchers
+                for searcher in searchers:
                     root = base / f"{problem.name}-{searcher}-{night}"
                     root.mkdir(parents=True)
                     n = run_night(root, problem, searcher, args.experiments, args.screen,
@@ -291,6 +291,8 @@ def main() -> int:
                           f"screened {n['screened']} "
                           f"{'FALSE KEEP ' if row.false_keep else ''}{n['full_budgets']:g} budgets "
                           f"{n['wall_s'] / 60:.1f} min", flush=True)
+                    if args.json:  # after every night: hours of measurement survive an interruption
+                        write_json(Path(args.json), rows, shipped_scores)
                     if not args.keep:
                         shutil.rmtree(root, ignore_errors=True)
     finally:
@@ -299,9 +301,13 @@ def main() -> int:
     summary = summarize(rows)
     print_table(summary)
     if args.json:
-        Path(args.json).write_text(json.dumps({"nights": [asdict(r) for r in rows], "summary": summary,
-                                               "shipped_rescored": shipped_scores}, indent=1))
+        write_json(Path(args.json), rows, shipped_scores)
     return 0
+
+
+def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float]) -> None:
+    path.write_text(json.dumps({"nights": [asdict(r) for r in rows], "summary": summarize(rows),
+                                "shipped_rescored": shipped_scores}, indent=1))
 
 
 def summarize(rows: list[NightRow]) -> list[dict]:
