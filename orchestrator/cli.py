@@ -13,6 +13,13 @@ from .agents import AGENT_KINDS, CREATE_AGENT_KINDS, add_agent_arguments
 USAGE_EXAMPLE = "python -m orchestrator run --env CartPole-v1 --budget 30 --max-experiments 3"
 
 
+def _at_least_two(text: str) -> int:
+    value = _positive_int(text)
+    if value < 2:
+        raise argparse.ArgumentTypeError(f"{text}: at least 2 (one pair of runs is the least that measures noise)")
+    return value
+
+
 def _fraction(text: str) -> float:
     value = _positive_float(text)
     if value >= 1:
@@ -66,6 +73,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="default: anthropic when ANTHROPIC_API_KEY is set, else optuna (offline)")
     run.add_argument("--budget", dest="budget_s", type=_positive_float, metavar="SECONDS",
                      help="training wall-clock budget per experiment (default: evaluate.TIME_BUDGET)")
+    run.add_argument("--baselines", type=_at_least_two, metavar="N",
+                     help="train the start commit N times before the first experiment (default 2): the best "
+                          "to beat is their mean and they are the first measure of the seed noise; each one "
+                          "more costs a budget once and makes every keep decision sharper")
     run.add_argument("--max-experiments", type=_non_negative_int, metavar="N",
                      help="stop after N experiments (after the baseline, whole run)")
     run.add_argument("--until", metavar="HH:MM", help="stop before this local time")
@@ -264,7 +275,7 @@ def _run(args) -> int:
             repair_rounds=args.repair_rounds, target_speedup=args.target_speedup,
             translate_patience=args.translate_patience, translate_lang=args.translate_lang,
             bench_seconds=args.bench_seconds, setup_verify=args.setup_verify, runner=args.runner,
-            parallel=args.parallel, runner_options=_runner_options(args), screen=args.screen,
+            parallel=args.parallel, runner_options=_runner_options(args), screen=args.screen, baselines=args.baselines,
             sandbox=args.sandbox, max_output_mb=args.max_output_mb,
             repo=args.repo, agent_args=args)
         return start(options, make_agent, dict(os.environ), from_ref=args.from_ref)

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Optional
 
-BASELINE_RUNS = 2
+BASELINE_RUNS = 2       # runs of the start commit (--baselines): the noise's first pair, the best's first mean
 
 
 class RunError(Exception):
@@ -108,6 +108,7 @@ class Options:
     parallel: Optional[int] = None            # candidates per round (default 1)
     runner_options: dict = field(default_factory=dict)
     screen: Optional[float] = None            # --screen F (0 < F < 1); a resume keeps the run's unless given
+    baselines: Optional[int] = None           # --baselines N (default BASELINE_RUNS); fixed for the run
     sandbox: Optional[str] = None             # auto (default) / require / off
     max_output_mb: Optional[float] = None     # default 1024
     limits: Limits = field(default_factory=Limits)

@@ -55,7 +55,6 @@ from typing import Optional
 
 from scipy import stats
 
-from .config import BASELINE_RUNS
 from .results import Row, RunFolder, read_json
 
 NIGHT_ALPHA = 0.05                        # false keeps allowed per stretch of candidates between keeps
@@ -158,7 +157,7 @@ def night_noise(rows: list[Row], folder: RunFolder, train_seeds: list[int], conf
         exp_folder = folder.exp(row.exp)
         if row.exp == 0:
             baselines += 1
-            add(best_code, train_seeds[min(baselines, BASELINE_RUNS) - 1], exp_folder.run(baselines),
+            add(best_code, train_seeds[min(baselines, len(train_seeds)) - 1], exp_folder.run(baselines),
                 f"exp 0 run {baselines}")
         elif row.status == "baseline":
             add(best_code, seed, exp_folder, f"exp {row.exp} re-baseline")
@@ -177,7 +176,7 @@ def best_evidence(rows: list[Row], folder: RunFolder) -> tuple[int, int]:
     from results.tsv's rows: the baselines' count, a kept candidate's runs (its first and its
     confirmations), one for a re-baseline; the judged candidates are the scored keeps and discards
     since the last train keep (a resumed night spends where it left off)."""
-    runs, judged = BASELINE_RUNS, 0
+    runs, judged = 0, 0
     for row in rows:
         if row.phase != "train" or row.score is None:
             continue

@@ -18,7 +18,7 @@ from typing import Optional
 
 from .agents.base import NoMoreProposals, Outcome
 from .artifacts import TRAIN_SCRIPT
-from .config import BASELINE_RUNS, Limits, RunConfig, RunError
+from .config import Limits, RunConfig, RunError
 from .daemon import StopControl, log
 from .disk import DiskSpace, is_disk_full
 from .guard import Guard
@@ -148,11 +148,13 @@ class Run:
 
     # ------------------------------------------------------------ baseline
     def run_baseline(self) -> bool:
-        """Train the unmodified train.py twice (noise estimate). False when stopped."""
+        """Train the unmodified train.py --baselines times (2 by default: the noise's first pair, the
+        best's first mean). False when stopped."""
+        baselines = len(self.config.train_seeds)
         while True:
             done = self.ledger.baselines()
             index = len(done)
-            if index >= BASELINE_RUNS:
+            if index >= baselines:
                 log.info("baseline: %s (noise estimate %.3f)", ", ".join(f"{r.score:.3f}" for r in done),
                          self.noise)
                 return True
@@ -161,7 +163,7 @@ class Run:
             seed = self.config.train_seeds[index]
             folder = self.folder.exp(0).run(index + 1)
             self.journal.begin(0, "train", "baseline", len(self.ledger.rows), commit=self.best_commit)
-            m = self.runner.measure(Slot(0, folder, f"baseline {index + 1}/{BASELINE_RUNS}"), self.best_commit, seed)
+            m = self.runner.measure(Slot(0, folder, f"baseline {index + 1}/{baselines}"), self.best_commit, seed)
             self._check_measurement(m)
             commit = self.workspace.short(self.best_commit)
             if m.status:
@@ -171,7 +173,7 @@ class Run:
                 if m.status == "interrupted":  # by a stop, or by the infrastructure (a Modal call past its retries)
                     if self.stop.requested():
                         return False
-                    raise RunError(f"baseline {index + 1}/{BASELINE_RUNS} was not measured ({m.note}); "
+                    raise RunError(f"baseline {index + 1}/{baselines} was not measured ({m.note}); "
                                    "`--resume` retries it")
                 raise RunError(f"the unmodified {TRAIN_SCRIPT} failed its baseline run ({m.status}: "
                                f"{m.note}); see {folder.train_log}. Fix it, commit, and start a new run "

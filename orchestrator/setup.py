@@ -21,7 +21,7 @@ from envs_fast.portability import no_port_reason
 from . import agents as agent_kinds
 from . import shipped
 from .artifacts import TRAIN_SCRIPT
-from .config import Options, RunConfig, RunError, check_tag, default_tag
+from .config import BASELINE_RUNS, Options, RunConfig, RunError, check_tag, default_tag
 from .daemon import LockHeld, RunLock, StopControl, log, progress, setup_logging
 from .disk import NIGHT_OF_CAPS, free_mb
 from .envfolder import content_sha256, env_folder
@@ -318,7 +318,8 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
         tag=tag, env_id=options.env_id, budget_s=budget,
         grace_s=options.grace_s if options.grace_s is not None else max(30.0, 0.1 * budget),
         eval_episodes=options.eval_episodes or harness_episodes,
-        eval_seed=secrets.randbelow(2**31 - 1_000_000), train_seeds=[1, 2], confirm_seed=2,
+        eval_seed=secrets.randbelow(2**31 - 1_000_000),
+        train_seeds=list(range(1, (options.baselines or BASELINE_RUNS) + 1)), confirm_seed=2,
         eval_timeout_s=options.eval_timeout_s, eval_workers=options.eval_workers, schedule=schedule,
         main_root=str(root), worktree=str(workspace.path), branch=workspace.branch, base_commit=base,
         harness_sha256=hashlib.sha256(harness_bytes).hexdigest(), created=utc_now(), agent=agent_name,
@@ -367,7 +368,8 @@ def _resume_config(options: Options, folder: RunFolder, workspace: Workspace) ->
     config = RunConfig.load(folder.config)
     for flag, given, kept in (("--env", options.env_id, config.env_id),
                               ("--budget", options.budget_s, config.budget_s),
-                              ("--eval-episodes", options.eval_episodes, config.eval_episodes)):
+                              ("--eval-episodes", options.eval_episodes, config.eval_episodes),
+                              ("--baselines", options.baselines, len(config.train_seeds))):
         if given is not None and given != kept:
             raise RunError(f"run {config.tag!r} was started with {flag} {kept}; a resumed run keeps it so its "
                            f"scores stay comparable (start a new --tag to change it)")

@@ -124,6 +124,27 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
         start(options, factory, environ={})
 
 
+def test_more_baselines_make_the_best_a_mean_of_more_runs(autorl_repo, tmp_path, restore_signals):
+    """--baselines 3: three runs of the start (seeds 1, 2, 3) before any experiment; the best is
+    their mean, the keep rule counts three runs behind it, and a resume cannot change the count."""
+    repo = autorl_repo(seed_dependent({1: 1.0, 2: 0.8, 3: 0.9}))
+    replay = write_replay(tmp_path / "replay", {
+        1: {"candidate/train.py": seed_dependent({1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}), "DESCRIPTION": "balanced"}})
+    options = Options(env_id="CartPole-v1", tag="three", agent="replay", budget_s=2, grace_s=5, eval_episodes=10,
+                      eval_workers=1, limits=Limits(max_experiments=1), repo=repo, baselines=3,
+                      agent_args=Namespace(replay_dir=replay))
+    assert start(options, lambda args, run_dir: ReplayAgent(args.replay_dir), environ={}) == 0
+    rows = read_results(repo, "three")
+    assert rows["status"].tolist() == ["baseline", "baseline", "baseline", "keep"]
+    assert [d.split(" [")[0] for d in rows["description"][:3]] == ["baseline seed 1", "baseline seed 2", "baseline seed 3"]
+    assert rows["best"][2] == pytest.approx(rows["score"][:3].mean(), abs=1e-3)
+    decision = json.loads((repo / "results" / "three" / "exp-0001" / "decision.json").read_text())
+    assert decision["best_runs"] == 3 and decision["judged_since_keep"] == 1
+    assert decision["looks"][0]["noise"]["groups"][0] and len(decision["looks"][0]["noise"]["groups"][0]) == 3
+    with pytest.raises(RunError, match="--baselines 3"):
+        start(Options(**{**options.__dict__, "resume": True, "baselines": 2}), lambda *a: None, environ={})
+
+
 def test_results_file_tolerates_a_torn_last_line(tmp_path):
     results = ResultsFile(tmp_path / "results.tsv")
     results.create()
