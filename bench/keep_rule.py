@@ -10,11 +10,13 @@ beside it the rule that took the best's mean as exact (how it was before).
 
 Per night: nights of 12 and 30 candidates, none better than the start (a night that can gain
 nothing), and nights with one real gain at candidate j: how often a night keeps something no
-better than its best then, how often it finds the gain, the runs it spends.
+better than its best then, how often it finds the gain, the runs it spends; and how much more
+often a night finds a gain with more baseline runs (--baselines).
 """
 from __future__ import annotations
 
 import argparse
+import random
 import sys
 from pathlib import Path
 
@@ -46,6 +48,18 @@ def main() -> int:
     for label, gains in cases:
         s = simulate_night(gains, nights, seed=len(label), se=args.se)
         print(f"  {label:38s} | {s.false_keep_nights:17.3f} | {s.keeps:5.2f} | {s.gain:12.2f} | {s.runs:5.1f}")
+    print(f"\nby --baselines: 12-candidate nights, each candidate +2.5 sigma with probability 1/4, else "
+          f"-2..0 sigma; {nights} nights per line")
+    print("  baselines | found a gain | false-keep nights (all candidates equal) | runs")
+    for baselines in (2, 3, 4, 6):
+        found = runs = 0
+        for trial in range(nights):
+            draw = random.Random(trial)
+            gains = [2.5 if draw.random() < 0.25 else draw.uniform(-2.0, 0.0) for _ in range(12)]
+            night = simulate_night(gains, 1, seed=trial, se=args.se, baseline_runs=baselines)
+            found, runs = found + (night.gain > 0), runs + night.runs
+        null = simulate_night([0.0] * 12, nights, seed=baselines, se=args.se, baseline_runs=baselines)
+        print(f"  {baselines:9d} | {found / nights:12.2f} | {null.false_keep_nights:39.3f} | {runs / nights:5.1f}")
     return 0
 
 
