@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import textwrap
 
 import git
@@ -14,7 +15,7 @@ from optuna.distributions import CategoricalDistribution
 
 from orchestrator.agents.base import AgentContext, NoMoreProposals, Outcome
 from orchestrator.agents.hyperparameter_block import format_value, read_block
-from orchestrator.agents.local_search import WIDEN_EVERY, key_of
+from orchestrator.agents.local_search import WIDEN_EVERY, distribution_for, key_of, neighbour
 from orchestrator.agents.optuna_agent import OptunaAgent
 from tests.conftest import AUTORL_ROOT, FAST, read_results, run_daemon
 
@@ -275,3 +276,14 @@ def test_a_detuned_constant_is_walked_back_past_its_first_range(tmp_path):
         last_keep_moved_up = up
     assert values(night.best_text)["GAMMA"] >= 0.985, values(night.best_text)
     assert repeated >= 4
+
+
+def test_a_discount_is_searched_below_one_whatever_its_value():
+    """GAMMA 0.8 (a horizon cut to 5 steps) is searched as a discount, by its distance to 1, not as a
+    positive scale (0.27-2.4, a discount past 1); GAE_LAMBDA too; other constants are unchanged."""
+    for name, value in (("GAMMA", 0.8), ("GAE_LAMBDA", 0.6), ("GAMMA", 0.99), ("GAMMA", 0.3)):
+        dist = distribution_for(name, value)
+        assert dist.low <= value <= dist.high < 1, (name, value, dist)
+    assert distribution_for("GAMMA", 0.8).low == 0.5 and distribution_for("GAMMA", 0.8).high == pytest.approx(0.95)
+    assert neighbour(0.8, distribution_for("GAMMA", 0.8), 2, random.Random(0), sign=1) == pytest.approx(0.9)
+    assert distribution_for("CLIP_COEF", 0.8).high == pytest.approx(2.4)

@@ -23,6 +23,9 @@ def _categorical(choices: list, value) -> CategoricalDistribution:
     return CategoricalDistribution(sorted(set(choices) | {value}))
 
 
+DISCOUNT_WORDS = ("GAMMA", "LAMBDA")   # a discount or a GAE lambda: below 1 whatever its value
+
+
 def distribution_for(name: str, value) -> Optional[BaseDistribution]:
     """A search range around the baseline value (None: the constant stays fixed)."""
     if name in FIXED_NAMES or "SEED" in name or isinstance(value, str) or value is None:
@@ -46,8 +49,11 @@ def distribution_for(name: str, value) -> Optional[BaseDistribution]:
     if isinstance(value, float):
         if value == 0:
             return None  # no scale to search around
-        if 0.9 <= value < 1:  # discount-like: search the distance to 1
+        discount = any(word in name for word in DISCOUNT_WORDS)
+        if 0.9 <= value < 1 or (discount and 0.5 <= value < 1):  # discount-like: search the distance to 1
             return FloatDistribution(max(0.5, 1 - (1 - value) * 4), 1 - (1 - value) / 4)
+        if discount and 0 < value < 1:  # a discount (or GAE lambda) never reaches 1
+            return FloatDistribution(value / 3, min(3 * value, 0.5), log=True)
         if value > 0:
             factor = 10 if value < 0.01 else 3
             return FloatDistribution(value / factor, value * factor, log=True)
