@@ -45,6 +45,7 @@ def main() -> int:
     cases = [("12 candidates, none better", [0.0] * 12), ("30 candidates, none better", [0.0] * 30)]
     cases += [(f"+4 sigma at candidate {j}, 12 in all", [0.0] * (j - 1) + [4.0] + [0.0] * (12 - j)) for j in (1, 3, 6)]
     cases += [("+3 then +6 sigma (candidates 2, 5)", [0.0, 3.0, 0.0, 0.0, 6.0] + [0.0] * 7)]
+    cases += [("+4 sigma after 5 worse (-4..-2 sigma)", [-3.0, -2.0, -4.0, -2.5, -3.0, 4.0] + [-2.0] * 6)]
     for label, gains in cases:
         s = simulate_night(gains, nights, seed=len(label), se=args.se)
         print(f"  {label:38s} | {s.false_keep_nights:17.3f} | {s.keeps:5.2f} | {s.gain:12.2f} | {s.runs:5.1f}")

@@ -34,13 +34,18 @@ df degrees of freedom for a candidate no better than the best (normal scores), s
 is kept with probability at most alpha_k (Bonferroni over its looks; the futility stops only
 lower it).
 
-alpha_k is what the night spends on the k-th candidate judged since the last keep (or since the
-start): NIGHT_ALPHA / (k (k + 1)), i.e. 1/2, 1/6, 1/12, ... of it. The shares sum to one, so a
-night in which nothing can be gained (every candidate as good as the start) keeps something with
+alpha_k is what the night spends on a candidate when k - 1 candidates since the last keep (or
+since the start) got past their first look: NIGHT_ALPHA / 2 / (k (k + 1)), i.e. 1/4, 1/12, 1/24,
+... of it. A candidate whose first run is not above the best (t_1 <= 0: most of a night's) is
+discarded free of charge: it could never be kept, and one no better than the best gets past that
+look at most half the time, which the halving pays for (the discarding of ADDIS-spending, online
+family-wise error control; Tian & Ramdas 2021). The shares sum to one half, doubled: a night in
+which nothing can be gained (every candidate as good as the start) keeps something with
 probability at most NIGHT_ALPHA however long it runs, not 5% per candidate (46% over 12). A keep
-starts a new stretch with the full level: real gains renew what the search may spend, the way
-online false-discovery control (alpha investing, LORD) does. The price is power late in a long
-stretch of failures: the 10th candidate since a keep needs about 1.6x the gain the 1st needs.
+starts a new stretch with the full level: real gains renew what the search may spend, as online
+false-discovery control (alpha investing, LORD) does. The price is power after a long run of
+candidates that looked better on their first run and were not: the first candidate of a
+stretch is judged at 1.25%, the 5th at 0.08%.
 tests/test_keep_rule.py measures the error rates and the cost in runs; `python bench/keep_rule.py`
 prints them by number of pairs and for whole nights.
 """
@@ -65,8 +70,15 @@ MIN_SIGMA = 1e-9       # sigma when every run and every evaluation agree exactly
 
 
 def candidate_alpha(k: int) -> float:
-    """The false-keep level of the k-th candidate (1, 2, ...) judged since the last keep."""
-    return NIGHT_ALPHA / (k * (k + 1))
+    """The false-keep level of a candidate when k - 1 (0, 1, ...) candidates since the last keep got
+    past their first look."""
+    return NIGHT_ALPHA / 2 / (k * (k + 1))
+
+
+def got_past_first_look(looks: list[dict]) -> bool:
+    """Whether a candidate's decision spent its level: it was confirmed or kept (a discard at the
+    first look, not above the best, is free)."""
+    return any(look.get("action") in ("confirm", "keep") for look in looks)
 
 
 def confirmation_seed(first: int, k: int) -> int:
@@ -172,21 +184,22 @@ def night_noise(rows: list[Row], folder: RunFolder, train_seeds: list[int], conf
 
 
 def best_evidence(rows: list[Row], folder: RunFolder) -> tuple[int, int]:
-    """(how many runs the best score is the mean of, train candidates judged since the last keep),
-    from results.tsv's rows: the baselines' count, a kept candidate's runs (its first and its
-    confirmations), one for a re-baseline; the judged candidates are the scored keeps and discards
-    since the last train keep (a resumed night spends where it left off)."""
-    runs, judged = 0, 0
+    """(how many runs the best score is the mean of, candidates since the last keep that got past
+    their first look), from results.tsv's rows and decision.json: the baselines' count, a kept
+    candidate's runs (its first and its confirmations), one for a re-baseline. A resumed night
+    spends where it left off."""
+    runs, entered = 0, 0
     for row in rows:
         if row.phase != "train" or row.score is None:
             continue
         if row.status == "baseline":
             runs = sum(1 for r in rows if r.exp == 0 and r.status == "baseline") if row.exp == 0 else 1
         elif row.status == "keep":
-            runs, judged = 1 + len(folder.exp(row.exp).confirmations()), 0
+            runs, entered = 1 + len(folder.exp(row.exp).confirmations()), 0
         elif row.status == "discard":
-            judged += 1
-    return runs, judged
+            decision = read_json(folder.exp(row.exp).decision)
+            entered += "alpha" in decision and got_past_first_look(decision.get("looks") or [])
+    return runs, entered
 
 
 @lru_cache(maxsize=None)
@@ -248,8 +261,8 @@ class Simulated:
 
 def simulate(gain: float, pairs: int, trials: int, seed: int = 0, sigma: float = 1.0, se: float = 0.0,
              best_runs: int = 0, k: int = 1, rule_sees_best_runs: bool = True) -> Simulated:
-    """`trials` candidates whose true score is the best's + gain * sigma, judged by this rule as the
-    k-th candidate since the last keep. Every score is normal with seed-to-seed noise sigma
+    """`trials` candidates whose true score is the best's + gain * sigma, judged by this rule after
+    k - 1 candidates since the last keep got past their first look. Every score is normal with seed-to-seed noise sigma
     (evaluation standard error `se`); the night so far has produced `pairs` pairs of runs of the
     same code. The best is the reference (best_runs=0) or itself the mean of `best_runs` runs of
     code as good as the best; `rule_sees_best_runs=False` judges as if that mean were exact (the
@@ -295,7 +308,8 @@ def simulate_night(gains: list[float], trials: int, seed: int = 0, sigma: float 
                    baseline_runs: int = 2) -> SimulatedNight:
     """`trials` nights: the start is scored by `baseline_runs` runs, then candidate j (true score
     the start's + gains[j] * sigma) is judged against the best so far, as the loop does: its runs
-    join the noise estimate, a keep makes its mean the best (of its runs) and starts a new stretch."""
+    join the noise estimate, one that gets past its first look lowers the next one's level, a keep
+    makes its mean the best (of its runs) and starts a new stretch."""
     import random
 
     rng = random.Random(seed)
@@ -304,23 +318,23 @@ def simulate_night(gains: list[float], trials: int, seed: int = 0, sigma: float 
     for _ in range(trials):
         history = [ScoredRun("start", s, rng.gauss(0.0, sigma), se) for s in range(1, baseline_runs + 1)]
         best = sum(r.score for r in history) / baseline_runs
-        best_runs, best_true, k, false_keep = baseline_runs, 0.0, 0, False
+        best_runs, best_true, entered, false_keep = baseline_runs, 0.0, 0, False
         for j, gain in enumerate(gains):
-            k += 1
             candidate: list[ScoredRun] = []
             while True:
                 candidate.append(ScoredRun(f"exp {j}", len(candidate) + 1, gain * sigma + rng.gauss(0.0, sigma), se))
                 decision = look([r.score for r in candidate], best, estimate(history + candidate, [se]),
-                                best_runs, candidate_alpha(k))
+                                best_runs, candidate_alpha(entered + 1))
                 if decision.action != "confirm":
                     break
             history += candidate
             runs += len(candidate)
+            entered += len(candidate) > 1 or decision.action == "keep"
             if decision.action == "keep":
                 keeps += 1
                 false_keep |= gain * sigma <= best_true
-                best, best_runs, best_true, k = sum(r.score for r in candidate) / len(candidate), len(candidate), \
-                    gain * sigma, 0
+                best, best_runs, best_true, entered = sum(r.score for r in candidate) / len(candidate), \
+                    len(candidate), gain * sigma, 0
         false_nights += false_keep
         gain_sum += best_true / sigma
         runs += baseline_runs

@@ -78,9 +78,9 @@ class Run:
         return night_noise(self.ledger.rows, self.folder, self.config.train_seeds, self.config.confirm_seed)
 
     def incumbent(self) -> Incumbent:
-        runs, judged = best_evidence(self.ledger.rows, self.folder)
+        runs, entered = best_evidence(self.ledger.rows, self.folder)
         return Incumbent(self.best_score, self.best_commit, self.noise_estimate(),
-                         (self.config.train_seeds[0], self.config.confirm_seed), runs, judged)
+                         (self.config.train_seeds[0], self.config.confirm_seed), runs, entered)
 
     def total_cost(self) -> float:
         return self.ledger.cost() + self.turns.pending_cost

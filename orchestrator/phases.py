@@ -25,7 +25,8 @@ from envs_fast.protocol import sync_companion, translation_path
 
 from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log
-from .keep_rule import FUTILITY_T, LOOK_SHARES, Noise, ScoredRun, candidate_alpha, confirmation_seed, look
+from .keep_rule import (FUTILITY_T, LOOK_SHARES, Noise, ScoredRun, candidate_alpha, confirmation_seed,
+                        got_past_first_look, look)
 from .results import RunFolder, Row, read_json
 from .runners.base import Measurement, Slot
 from .workspace import compile_errors, disallowed
@@ -39,7 +40,7 @@ class Incumbent:
     noise: Noise                          # seed-to-seed noise of a run's score, measured this night
     seeds: tuple[int, int] = (1, 2)       # a candidate's train seed and its first confirmation seed
     runs: int = 0                         # how many runs `score` is the mean of (0: as if exact)
-    judged: int = 0                       # train candidates judged since the last keep
+    entered: int = 0                      # candidates since the last keep that got past their first look
 
 
 @dataclass
@@ -150,7 +151,7 @@ class TrainPhase(Phase):
                 verdicts[i] = verdict_of(m, m.status)
         best, noise = incumbent.score, incumbent.noise
         kept: Optional[int] = None
-        judged = incumbent.judged
+        entered = incumbent.entered
         ranked = sorted((i for i, m in enumerate(measured) if not m.status), key=lambda i: -measured[i].score)
         for i in ranked:
             m = measured[i]
@@ -162,9 +163,10 @@ class TrainPhase(Phase):
                                                        f"({verdicts[kept].score:.3f})")
                 record["looks"].append({"runs": [asdict(first)], "action": "discard", "note": verdicts[i].note})
             else:
-                judged += 1  # the k-th candidate since the last keep: its share of the night's level
-                record.update(judged_since_keep=judged, alpha=candidate_alpha(judged))
+                # its share of the night's level: lower for each candidate since the last keep that got past its first look
+                record.update(entered_since_keep=entered, alpha=candidate_alpha(entered + 1))
                 verdicts[i], noise = yield from self._judge(i, m, first, noise, incumbent, record)
+                entered += got_past_first_look(record["looks"])
             verdicts[i].decision = record
             if verdicts[i].status == "keep":
                 kept = i

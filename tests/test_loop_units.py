@@ -139,7 +139,7 @@ def test_more_baselines_make_the_best_a_mean_of_more_runs(autorl_repo, tmp_path,
     assert [d.split(" [")[0] for d in rows["description"][:3]] == ["baseline seed 1", "baseline seed 2", "baseline seed 3"]
     assert rows["best"][2] == pytest.approx(rows["score"][:3].mean(), abs=1e-3)
     decision = json.loads((repo / "results" / "three" / "exp-0001" / "decision.json").read_text())
-    assert decision["best_runs"] == 3 and decision["judged_since_keep"] == 1
+    assert decision["best_runs"] == 3 and decision["entered_since_keep"] == 0
     assert decision["looks"][0]["noise"]["groups"][0] and len(decision["looks"][0]["noise"]["groups"][0]) == 3
     with pytest.raises(RunError, match="--baselines 3"):
         start(Options(**{**options.__dict__, "resume": True, "baselines": 2}), lambda *a: None, environ={})

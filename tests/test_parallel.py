@@ -60,8 +60,15 @@ def test_two_candidates_per_round_train_together_and_the_better_is_kept(autorl_r
     assert "exp 2 of the same round was kept" in by_exp.loc[1, "description"]
     assert rows["best"].iloc[-1] == 500.0
 
-    # The two candidates of each round trained at the same time.
+    # The keep rule's levels: exp 1, discarded for its round's keep, was never judged; exp 4, below
+    # the best on its first run, was discarded free of charge, so exp 3 is judged at the full level.
     run_dir = repo / "results" / TAG
+    decisions = {e: json.loads((run_dir / f"exp-{e:04d}" / "decision.json").read_text()) for e in (1, 2, 3, 4)}
+    assert "alpha" not in decisions[1] and decisions[2]["entered_since_keep"] == 0
+    assert [decisions[e]["entered_since_keep"] for e in (4, 3)] == [0, 0]
+    assert decisions[3]["alpha"] == decisions[2]["alpha"] == pytest.approx(0.0125)
+
+    # The two candidates of each round trained at the same time.
     spans = {e: json.loads(next(line[6:] for line in (run_dir / f"exp-{e:04d}" / "train.log").read_text().splitlines()
                                  if line.startswith("TIMES "))) for e in (1, 2, 3, 4)}
     for a, b in ((1, 2), (3, 4)):
