@@ -78,9 +78,8 @@ class Run:
         return night_noise(self.ledger.rows, self.folder, self.config.train_seeds, self.config.confirm_seed)
 
     def incumbent(self) -> Incumbent:
-        runs, entered = best_evidence(self.ledger.rows, self.folder)
-        return Incumbent(self.best_score, self.best_commit, self.noise_estimate(),
-                         (self.config.train_seeds[0], self.config.confirm_seed), runs, entered)
+        return Incumbent(self.best_score, self.best_commit, self.noise_estimate(), (self.config.train_seeds[0],
+                         self.config.confirm_seed), *best_evidence(self.ledger.rows, self.folder))
 
     def total_cost(self) -> float:
         return self.ledger.cost() + self.turns.pending_cost
@@ -148,8 +147,7 @@ class Run:
 
     # ------------------------------------------------------------ baseline
     def run_baseline(self) -> bool:
-        """Train the unmodified train.py --baselines times (2 by default: the noise's first pair, the
-        best's first mean). False when stopped."""
+        """Train the unmodified train.py --baselines times (the first mean and noise). False when stopped."""
         baselines = len(self.config.train_seeds)
         while True:
             done = self.ledger.baselines()

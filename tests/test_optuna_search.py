@@ -287,3 +287,24 @@ def test_a_discount_is_searched_below_one_whatever_its_value():
     assert distribution_for("GAMMA", 0.8).low == 0.5 and distribution_for("GAMMA", 0.8).high == pytest.approx(0.95)
     assert neighbour(0.8, distribution_for("GAMMA", 0.8), 2, random.Random(0), sign=1) == pytest.approx(0.9)
     assert distribution_for("CLIP_COEF", 0.8).high == pytest.approx(2.4)
+
+
+def test_a_constant_far_from_where_ppo_usually_sits_is_tried_towards_there_first(tmp_path):
+    """The prior: GAMMA 0.8 and CLIP_COEF 0.02 are outside PPO's usual ranges; the first trials
+    move them towards the range (the furthest out first, an octave), a keep's momentum repeats the
+    move, and a best inside every range leaves the random neighbourhood to it."""
+    text = REAL_TRAIN_PY.replace("GAMMA = 0.99 ", "GAMMA = 0.8 ").replace("CLIP_COEF = 0.2 ", "CLIP_COEF = 0.02 ")
+    night = Night(tmp_path / "detuned", text=text)
+    ctx, proposal, first = night.propose()
+    assert changed(values(text), values(first)) == {"CLIP_COEF": (0.02, 0.04)}   # 5 half-octaves out of 0.1
+    assert trial_of(night.agent.study, 1).user_attrs["prior"] is True
+    night.tell(ctx, first, "discard", 0.0)
+    ctx, _, second = night.propose()
+    assert changed(values(text), values(second)) == {"GAMMA": (0.8, 0.9)}       # 4 half-octaves of 1 - GAMMA
+    night.tell(ctx, second, "keep", 1.0)
+    ctx, _, third = night.propose()                                              # momentum: 0.9 -> 0.95
+    assert changed(values(second), values(third)) == {"GAMMA": (0.9, 0.95)}
+    # The shipped train.py sits inside every range: no trial of the prior.
+    shipped = Night(tmp_path / "shipped")
+    shipped.propose()
+    assert "prior" not in trial_of(shipped.agent.study, 1).user_attrs

@@ -72,6 +72,50 @@ def search_space(constants: list[Constant], only: Optional[set[str]] = None) -> 
     return space
 
 
+# ---------------------------------------------------------------- the prior
+# Where PPO's common constants usually sit (CleanRL's and Stable-Baselines3's defaults and the
+# rl-zoo's tuned values; Andrychowicz et al. 2021, "What matters in on-policy RL"). A constant of
+# the best outside its range is the likeliest mistake in it: the first trials around a best move
+# such constants towards their range, the furthest out first, before any random neighbour. A name
+# matches with or without its path's JAX_ prefix. The shipped train.py has none outside.
+TYPICAL = {"GAMMA": (0.95, 0.999), "GAE_LAMBDA": (0.9, 0.99), "LEARNING_RATE": (1e-4, 3e-3),
+           "CLIP_COEF": (0.1, 0.3), "UPDATE_EPOCHS": (2, 30), "ENT_COEF": (0.0, 0.02), "VF_COEF": (0.25, 1.0),
+           "MAX_GRAD_NORM": (0.3, 5.0)}
+PRIOR_STEPS = 2      # a move towards the range: an octave (then a keep's momentum repeats it)
+
+
+def steps_between(value: float, edge: float, dist: BaseDistribution) -> float:
+    """How many of neighbour()'s steps lie between `value` and `edge` on the constant's scale."""
+    if _discount_like(dist):
+        return 2 * abs(math.log2((1 - value) / (1 - edge)))
+    if (dist.log or isinstance(dist, IntDistribution)) and value > 0 and edge > 0:
+        return 2 * abs(math.log2(value / edge))
+    return abs(value - edge) / ((dist.high - dist.low) / 16)
+
+
+def towards_typical(centre: dict, space: dict[str, BaseDistribution]) -> list[dict]:
+    """The centre with one atypical constant moved towards its usual range, one configuration per
+    such constant, the furthest out first."""
+    moves = []
+    for name, dist in space.items():
+        typical = TYPICAL.get(name[4:] if name.startswith("JAX_") else name)
+        value = centre.get(name)
+        if typical is None or isinstance(dist, CategoricalDistribution) or isinstance(value, bool) \
+                or not isinstance(value, (int, float)) or typical[0] <= value <= typical[1]:
+            continue
+        edge, sign = (typical[0], 1) if value < typical[0] else (typical[1], -1)
+        far = steps_between(value, edge, dist)
+        params = dict(centre)
+        params[name] = neighbour(value, dist, max(1, min(PRIOR_STEPS, math.ceil(far - 1e-9))), random.Random(0), sign)
+        if format_value(params[name]) != format_value(value):
+            moves.append((-far, name, params))
+    return [params for _, _, params in sorted(moves, key=lambda m: (m[0], m[1]))]
+
+
+def _discount_like(dist: BaseDistribution) -> bool:
+    return isinstance(dist, FloatDistribution) and not dist.log and 0.5 <= dist.low and dist.high < 1
+
+
 # ---------------------------------------------------------------- the neighbourhood
 WIDEN_EVERY = 4      # trials around one best before the trials may go one constant and one step further
 MAX_RADIUS = 8
@@ -123,7 +167,7 @@ def neighbour(value, dist: BaseDistribution, steps: int, rng: random.Random, sig
             moved = value + sign
         return int(min(max(moved, dist.low), dist.high))
     low, high = dist.low, dist.high
-    if not dist.log and 0.5 <= low and high < 1:  # discount-like: half-octave steps of 1 - value
+    if _discount_like(dist):  # discount-like: half-octave steps of 1 - value
         moved = 1 - (1 - value) * 2 ** (-sign * steps / 2)
     elif dist.log:  # rates and other positive scales: half-octave steps
         moved = value * 2 ** (sign * steps / 2)
@@ -143,10 +187,12 @@ def _repeat_of_last_keep(trials, centre: dict, space: dict[str, BaseDistribution
     for name, dist in space.items():
         if isinstance(dist, CategoricalDistribution) or name not in before:
             continue
-        old, new = float(ast.literal_eval(before[name])), float(centre[name])
-        if format_value(old) == format_value(centre[name]) or old <= 0 < new or new <= 0 < old:
+        if before[name] == format_value(centre[name]):  # as written (an int 10 is "10", not "10.0")
             continue
-        if not dist.log and 0.5 <= dist.low and dist.high < 1:  # discount-like: half-octaves of 1 - value
+        old, new = float(ast.literal_eval(before[name])), float(centre[name])
+        if old <= 0 < new or new <= 0 < old:
+            continue
+        if _discount_like(dist):  # discount-like: half-octaves of 1 - value
             sign, steps = (1 if new > old else -1), 2 * abs(math.log2((1 - new) / (1 - old)))
         elif dist.log or isinstance(dist, IntDistribution):
             sign, steps = (1 if new > old else -1), 2 * abs(math.log2(new / old))
@@ -214,6 +260,12 @@ class LocalSearch(optuna.samplers.BaseSampler):
             changed = [n for n in sorted(again) if format_value(again[n]) != format_value(centre[n])]
             self.last = {"centre": centre_key, "radius": 1, "changed": changed, "momentum": True}
             return again
+        # The prior: a constant far from where PPO's usually sit is tried towards there first.
+        for params in towards_typical(centre, search_space):
+            if key_of(params) not in tried:
+                changed = [n for n in sorted(params) if format_value(params[n]) != format_value(centre[n])]
+                self.last = {"centre": centre_key, "radius": 1, "changed": changed, "prior": True}
+                return params
         radius = min(MAX_RADIUS, 1 + around // WIDEN_EVERY)
         while radius <= MAX_RADIUS:
             names = sorted(n for n in search_space if radius >= 2 or not coarse(search_space[n]))
