@@ -27,7 +27,8 @@ recovered (the shipped train.py is rescored once per problem for that).
 one night of 4 experiments, 2 rescoring seeds: about 15 minutes on 2 cores. Each night's line shows
 the gap to the shipped train.py (rescored alike): a problem whose gap is not clearly positive on
 this machine measures nothing. `--screen F` passes
-`--screen F` to every night (compare with and without).
+`--screen F` to every night (compare with and without); `--baselines N` passes
+`--baselines N`.
 """
 from __future__ import annotations
 
@@ -117,7 +118,7 @@ def no_search_replay(root: Path, experiments: int, train_py: str) -> Path:
 
 
 def run_night(root: Path, problem: Problem, searcher: str, experiments: int, screen: float | None,
-              timeout_s: float) -> dict:
+              timeout_s: float, baselines: int | None = None) -> dict:
     clone, start = clone_with_start(root, problem)
     tag = f"night-{searcher}"
     args = [sys.executable, "-m", "orchestrator", "run", "--env", problem.env_id, "--budget", f"{problem.budget_s:g}",
@@ -129,6 +130,8 @@ def run_night(root: Path, problem: Problem, searcher: str, experiments: int, scr
         args += ["--agent", "optuna"] + ([] if searcher == "optuna" else ["--optuna-sampler", searcher])
     if screen:
         args += ["--screen", f"{screen:g}"]
+    if baselines:
+        args += ["--baselines", str(baselines)]
     started = time.monotonic()
     done = subprocess.run(args, cwd=clone, capture_output=True, text=True, timeout=timeout_s,
                           env={**_env(), "ANTHROPIC_API_KEY": ""})
@@ -248,6 +251,7 @@ def main() -> int:
     parser.add_argument("--experiments", type=int, default=12, help="experiments per night")
     parser.add_argument("--rescore-seeds", type=int, default=3)
     parser.add_argument("--screen", type=float, default=None, help="--screen F for every night")
+    parser.add_argument("--baselines", type=int, default=None, help="--baselines N for every night (default: the run's)")
     parser.add_argument("--json", metavar="FILE", help="write the night rows and the summary as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clones")
     args = parser.parse_args()
@@ -268,7 +272,8 @@ def main() -> int:
                     root = base / f"{problem.name}-{searcher}-{night}"
                     root.mkdir(parents=True)
                     n = run_night(root, problem, searcher, args.experiments, args.screen,
-                                  timeout_s=args.experiments * (problem.budget_s * 6 + 240) + 900)
+                                  timeout_s=args.experiments * (problem.budget_s * 6 + 240) + 900,
+                                  baselines=args.baselines)
                     cache = verify_cache_of(n["clone"])
                     if problem.detune and problem.name not in shipped_scores:
                         # the gap a night can close: the shipped train.py, rescored alike (same path)
