@@ -7,7 +7,7 @@ the loop resets to the best commit before every proposal) and changes constants 
 own scales (half an octave for rates and sizes, a sixteenth of the range for signed constants),
 never a configuration tried before. A constant outside the range PPO's usually sit in
 (local_search.TYPICAL: GAMMA 0.8, a learning rate of 1e-5) is the likeliest mistake, so the first
-trials move such constants towards their range, and a trial that follows a keep repeats the move
+trials move such constants to the nearest edge of their range, and a trial that follows a keep repeats the move
 that won. Then the first trials around a best move one constant by one
 step; the coarse moves (a flag flipped, a power of two doubled or halved, another choice) wait for
 the second radius. The longer the best stays put, the wider the trials go: every WIDEN_EVERY
