@@ -119,7 +119,9 @@ def test_results_land_in_the_local_layout_and_compute_is_billed(autorl_repo, tmp
     assert (exp1 / "out" / "policy.pt").is_file() and "env_steps: 1000" in (exp1 / "train.log").read_text()
     assert json.loads((exp1 / "eval.json").read_text())["episodes"] == 10
     assert json.loads((repo / "results" / "cloud" / "run.json").read_text())["runner"] == "modal"
-    assert len(fake.train.calls) == len(fake.evaluate.calls) == 3  # 2 baselines and exp 1
+    # 2 baselines, exp 1 and the confirmations the keep rule asked of it (one baseline pair: 1 df)
+    confirmations = len(list(exp1.glob("confirm*")))
+    assert len(fake.train.calls) == len(fake.evaluate.calls) == 3 + confirmations and confirmations <= 1
     assert not fake.app.alive(), "the session's app stops with the runner"
 
 
@@ -335,7 +337,8 @@ def test_resume_after_the_daemon_died_with_its_ephemeral_app(autorl_repo, tmp_pa
     rows = read_results(repo, "cloud")
     assert rows["status"].tolist() == ["baseline", "baseline", "interrupted", "keep"]
     assert "the daemon died during train" in rows["description"].iloc[2]
-    assert rows["score"].iloc[3] == 500.0 and len(fake.train.calls) == 1
+    confirmations = len(list((repo / "results" / "cloud" / "exp-0002").glob("confirm*")))
+    assert rows["score"].iloc[3] == 500.0 and len(fake.train.calls) == 1 + confirmations and confirmations <= 1
 
 
 # ---------------------------------------------------------------- the volume
