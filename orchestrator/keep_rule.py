@@ -188,12 +188,13 @@ def best_evidence(rows: list[Row], folder: RunFolder) -> tuple[int, int]:
     their first look), from results.tsv's rows and decision.json: the baselines' count, a kept
     candidate's runs (its first and its confirmations), one for a re-baseline. A resumed night
     spends where it left off."""
-    runs, entered = 0, 0
+    runs, entered, baselines = 0, 0, 0
     for row in rows:
         if row.phase != "train" or row.score is None:
             continue
         if row.status == "baseline":
-            runs = sum(1 for r in rows if r.exp == 0 and r.status == "baseline") if row.exp == 0 else 1
+            baselines += row.exp == 0
+            runs = baselines if row.exp == 0 else 1
         elif row.status == "keep":
             runs, entered = 1 + len(folder.exp(row.exp).confirmations()), 0
         elif row.status == "discard":

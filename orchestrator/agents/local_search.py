@@ -211,12 +211,7 @@ def _repeat_of_last_keep(trials, centre: dict, space: dict[str, BaseDistribution
         old, new = float(ast.literal_eval(before[name])), float(centre[name])
         if old <= 0 < new or new <= 0 < old:
             continue
-        if _discount_like(dist):  # discount-like: half-octaves of 1 - value
-            sign, steps = (1 if new > old else -1), 2 * abs(math.log2((1 - new) / (1 - old)))
-        elif dist.log or isinstance(dist, IntDistribution):
-            sign, steps = (1 if new > old else -1), 2 * abs(math.log2(new / old))
-        else:
-            sign, steps = (1 if new > old else -1), abs(new - old) / ((dist.high - dist.low) / 16)
+        sign, steps = (1 if new > old else -1), steps_between(old, new, dist)
         # the same number of steps (at least one: a move cut short by a range's edge is not repeated shorter)
         params[name] = neighbour(centre[name], dist, max(1, round(steps)), random.Random(0), sign)
         moved = moved or format_value(params[name]) != format_value(centre[name])
