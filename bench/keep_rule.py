@@ -4,7 +4,8 @@
 
 Per candidate: for each number of same-code pairs the night has produced so far, candidates whose
 true score is the best's (no gain) or the best's + 2 / 4 sigma are judged by the rule as the first
-candidate of a stretch (level 2.5%), against a best that is the mean of the 2 baseline runs; prints
+candidate of a stretch (level 1.25%), against a best that is the mean of the baseline runs (the
+default --baselines); prints
 how often each is kept and the mean number of train runs per candidate (1 + confirmations), and
 beside it the rule that took the best's mean as exact (how it was before).
 
@@ -22,6 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from orchestrator.config import BASELINE_RUNS  # noqa: E402
 from orchestrator.keep_rule import simulate, simulate_night  # noqa: E402
 
 
@@ -30,17 +32,17 @@ def main() -> int:
     parser.add_argument("--trials", type=int, default=20000)
     parser.add_argument("--se", type=float, default=0.1, help="evaluation standard error, in sigmas")
     args = parser.parse_args()
-    print(f"one candidate against the mean of 2 baselines; {args.trials} candidates per cell")
+    print(f"one candidate against the mean of {BASELINE_RUNS} baselines; {args.trials} candidates per cell")
     print("  pairs | no gain: kept  runs  (best as exact: kept) | +2 sigma: kept  runs | +4 sigma: kept  runs")
-    for pairs in (1, 2, 3, 5, 10, 20, 40):
-        null = simulate(0.0, pairs, args.trials, seed=pairs, se=args.se, best_runs=2)
-        blind = simulate(0.0, pairs, args.trials, seed=pairs, se=args.se, best_runs=2, rule_sees_best_runs=False)
-        two = simulate(2.0, pairs, args.trials, seed=10_000 + pairs, se=args.se, best_runs=2)
-        four = simulate(4.0, pairs, args.trials, seed=20_000 + pairs, se=args.se, best_runs=2)
+    for pairs in sorted({BASELINE_RUNS - 1, 3, 5, 10, 20, 40}):   # the baselines alone give N - 1
+        null = simulate(0.0, pairs, args.trials, seed=pairs, se=args.se, best_runs=BASELINE_RUNS)
+        blind = simulate(0.0, pairs, args.trials, seed=pairs, se=args.se, best_runs=BASELINE_RUNS, rule_sees_best_runs=False)
+        two = simulate(2.0, pairs, args.trials, seed=10_000 + pairs, se=args.se, best_runs=BASELINE_RUNS)
+        four = simulate(4.0, pairs, args.trials, seed=20_000 + pairs, se=args.se, best_runs=BASELINE_RUNS)
         print(f"  {pairs:5d} |         {null.kept:6.3f} {null.runs:5.2f}  ({blind.kept:6.3f})            |"
               f"        {two.kept:6.3f} {two.runs:5.2f} |        {four.kept:6.3f} {four.runs:5.2f}")
     nights = max(args.trials // 10, 200)
-    print(f"\nwhole nights (2 baselines, then the candidates); {nights} nights per line")
+    print(f"\nwhole nights ({BASELINE_RUNS} baselines, then the candidates); {nights} nights per line")
     print("  night                                  | false-keep nights | keeps | gain (sigma) | runs")
     cases = [("12 candidates, none better", [0.0] * 12), ("30 candidates, none better", [0.0] * 30)]
     cases += [(f"+4 sigma at candidate {j}, 12 in all", [0.0] * (j - 1) + [4.0] + [0.0] * (12 - j)) for j in (1, 3, 6)]

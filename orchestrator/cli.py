@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .agents import AGENT_KINDS, CREATE_AGENT_KINDS, add_agent_arguments
+from .config import BASELINE_RUNS
 
 USAGE_EXAMPLE = "python -m orchestrator run --env CartPole-v1 --budget 30 --max-experiments 3"
 
@@ -74,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--budget", dest="budget_s", type=_positive_float, metavar="SECONDS",
                      help="training wall-clock budget per experiment (default: evaluate.TIME_BUDGET)")
     run.add_argument("--baselines", type=_at_least_two, metavar="N",
-                     help="train the start commit N times before the first experiment (default 2): the best "
+                     help=f"train the start commit N times before the first experiment (default {BASELINE_RUNS}): the best "
                           "to beat is their mean and they are the first measure of the seed noise; each one "
                           "more costs a budget once and makes every keep decision sharper")
     run.add_argument("--max-experiments", type=_non_negative_int, metavar="N",

@@ -12,7 +12,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Callable, Optional
 
-BASELINE_RUNS = 2       # runs of the start commit (--baselines): the noise's first pair, the best's first mean
+BASELINE_RUNS = 4       # runs of the start commit (--baselines): the best's first mean and the noise's first
+                        # measure; with 2, a 5%-per-night rule cannot confirm 3 sigma (bench/nights.py, README)
 
 
 class RunError(Exception):

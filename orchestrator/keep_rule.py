@@ -1,7 +1,7 @@
 """The keep rule: when a candidate's score beats the best by more than seed-to-seed noise.
 
 Noise is measured, not assumed. Every pair of runs of the same code with different training
-seeds that the night produces is a sample of it: the two baseline runs, a candidate's first
+seeds that the night produces is a sample of it: the baseline runs, a candidate's first
 run with its confirmation runs, and a re-baseline (the best train.py retrained on a newly kept
 backend) with the best train.py's runs of other seeds. "Same code" means the same train.py: a
 kept translation was verified equivalent to the reference env, so it changes speed, not the
@@ -18,7 +18,7 @@ difference the 100-episode evaluation cannot resolve.
 
 The decision is sequential. A candidate is trained with seed 1, then, while the evidence is
 ambiguous, retrained with the confirmation seeds (2, 3, ...) up to MAX_RUNS runs. After its n-th
-run, with mean m_n of its n scores, against the best B (itself the mean of n_B runs: the two
+run, with mean m_n of its n scores, against the best B (itself the mean of n_B runs: the
 baselines, a kept candidate's runs), and sigma with df degrees of freedom (the candidate's own runs
 join the estimate: n - 1 more df):
 
@@ -60,6 +60,7 @@ from typing import Optional
 
 from scipy import stats
 
+from .config import BASELINE_RUNS
 from .results import Row, RunFolder, read_json
 
 NIGHT_ALPHA = 0.05                        # false keeps allowed per stretch of candidates between keeps
@@ -306,7 +307,7 @@ class SimulatedNight:
 
 
 def simulate_night(gains: list[float], trials: int, seed: int = 0, sigma: float = 1.0, se: float = 0.0,
-                   baseline_runs: int = 2) -> SimulatedNight:
+                   baseline_runs: int = BASELINE_RUNS) -> SimulatedNight:
     """`trials` nights: the start is scored by `baseline_runs` runs, then candidate j (true score
     the start's + gains[j] * sigma) is judged against the best so far, as the loop does: its runs
     join the noise estimate, one that gets past its first look lowers the next one's level, a keep

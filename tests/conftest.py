@@ -153,8 +153,9 @@ def daemon_cmd(*args: str) -> list[str]:
     return [PYTHON, "-m", "orchestrator", *args]
 
 
-# Small, fast settings for tests: few eval episodes in one process, short grace.
-FAST = ("--eval-episodes", "10", "--eval-workers", "1", "--grace", "3", "--backoff", "0.2")
+# Small, fast settings for tests: few eval episodes in one process, short grace, and 2 baselines
+# (the default 4 is for real nights; the keep scenarios here are written against a pair).
+FAST = ("--eval-episodes", "10", "--eval-workers", "1", "--grace", "3", "--backoff", "0.2", "--baselines", "2")
 
 
 def run_daemon(repo: Path, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:

@@ -70,7 +70,7 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
         return agents[-1]
 
     options = Options(env_id="CartPole-v1", tag="noisy", agent="replay", budget_s=2, grace_s=5, eval_episodes=10,
-                      eval_workers=1, limits=Limits(max_cost=1.0, backoff_base_s=0.1), repo=repo,
+                      eval_workers=1, baselines=2, limits=Limits(max_cost=1.0, backoff_base_s=0.1), repo=repo,
                       agent_args=Namespace(replay_dir=replay))
     assert start(options, factory, environ={}) == 0
 
@@ -122,6 +122,20 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
     # An existing tag is refused without --resume.
     with pytest.raises(RunError, match="--resume"):
         start(options, factory, environ={})
+
+
+def test_a_night_starts_with_four_baselines_by_default(autorl_repo, tmp_path, restore_signals):
+    """Without --baselines a run trains the start 4 times (seeds 1-4): with 2, a 5%-per-night keep
+    rule could not confirm a 3-sigma gain on a bimodal problem (bench/nights.py, README)."""
+    repo = autorl_repo(seed_dependent({1: 1.0, 2: 0.8, 3: 0.9, 4: 0.7}))
+    options = Options(env_id="CartPole-v1", tag="four", agent="replay", budget_s=2, grace_s=5, eval_episodes=10,
+                      eval_workers=1, limits=Limits(max_experiments=0), repo=repo,
+                      agent_args=Namespace(replay_dir=write_replay(tmp_path / "replay", {})))
+    assert start(options, lambda args, run_dir: ReplayAgent(args.replay_dir), environ={}) == 0
+    rows = read_results(repo, "four")
+    assert rows["status"].tolist() == ["baseline"] * 4
+    assert [d.split(" [")[0] for d in rows["description"]] == [f"baseline seed {k}" for k in range(1, 5)]
+    assert rows["best"][3] == pytest.approx(rows["score"].mean(), abs=1e-3)
 
 
 def test_more_baselines_make_the_best_a_mean_of_more_runs(autorl_repo, tmp_path, restore_signals):

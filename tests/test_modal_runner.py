@@ -50,7 +50,7 @@ def modal_factory(fake: FakeModal, policy: CallPolicy = QUICK, prices: ComputePr
 def options(repo, replay, fake, policy: CallPolicy = QUICK, factory=None, **kw):
     # grace 10: the tiny train.py still imports torch, which a loaded machine must not turn into a kill
     settings = dict(env_id="CartPole-v1", tag="cloud", agent="replay", budget_s=2, grace_s=10, eval_episodes=10,
-                    eval_workers=1, runner="modal", repo=repo, agent_args=Namespace(replay_dir=replay),
+                    eval_workers=1, baselines=2, runner="modal", repo=repo, agent_args=Namespace(replay_dir=replay),
                     runner_factory=factory or modal_factory(fake, policy))
     return Options(**{**settings, **kw})
 

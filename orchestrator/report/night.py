@@ -79,7 +79,7 @@ class Night:
         noise = self.noise_estimate
         if noise is None or noise.df == 0:
             return math.nan, "no pair yet"
-        return noise.sigma, f"keep rule, {noise.df} pair(s)" if noise.df > 1 else "keep rule, the baseline pair"
+        return noise.sigma, f"keep rule, {noise.df} degree(s) of freedom"
 
     @property
     def baseline_score(self) -> float:
