@@ -26,9 +26,13 @@ recovered (the shipped train.py is rescored once per problem for that).
 `--quick`: one problem (pendulum-gamma, 15 s on the jax-e2e path), two searchers (optuna, none),
 one night of 4 experiments, 2 rescoring seeds: about 15 minutes on 2 cores. Each night's line shows
 the gap to the shipped train.py (rescored alike): a problem whose gap is not clearly positive on
-this machine measures nothing. `--screen F` passes
-`--screen F` to every night (compare with and without); `--baselines N` passes
-`--baselines N`.
+this machine measures nothing. `--baselines N` passes `--baselines N` to every night.
+
+Screening: `--screen off,0.25` runs each night both without and with `--screen 0.25`, side by
+side, and the table has a row for each. Compare them at equal wall time (`--minutes M`: each night
+runs M minutes, `--max-hours`, instead of --experiments) and at a budget long against the fixed
+cost of a run (`--budget S` overrides the problems'): start-up, the JAX compile and the 100-episode
+evaluation take seconds whatever the budget, so a screen at 0.25 of 15 s saves little.
 """
 from __future__ import annotations
 
@@ -41,7 +45,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -81,6 +85,14 @@ PROBLEMS = {p.name: p for p in (
 SEARCHERS = ("optuna", "tpe", "random", "none")
 
 
+def screens(text: str) -> list[float | None]:
+    """--screen: "0.25" or "off,0.25" -> [None, 0.25] (off: no screening)."""
+    fractions = [None if f in ("off", "0") else float(f) for f in text.split(",")]
+    if any(f is not None and not 0 < f < 1 for f in fractions):
+        raise argparse.ArgumentTypeError(f"--screen takes fractions in (0, 1) or off: {text}")
+    return fractions
+
+
 # ---------------------------------------------------------------- a night
 def detuned(text: str, detune: dict) -> str:
     for name, value in detune.items():
@@ -118,14 +130,15 @@ def no_search_replay(root: Path, experiments: int, train_py: str) -> Path:
 
 
 def run_night(root: Path, problem: Problem, searcher: str, experiments: int, screen: float | None,
-              timeout_s: float, baselines: int | None = None) -> dict:
+              timeout_s: float, baselines: int | None = None, minutes: float | None = None) -> dict:
     clone, start = clone_with_start(root, problem)
     tag = f"night-{searcher}"
     args = [sys.executable, "-m", "orchestrator", "run", "--env", problem.env_id, "--budget", f"{problem.budget_s:g}",
-            "--max-experiments", str(experiments), "--tag", tag, "--phases", "train", *problem.run_args]
-    if searcher == "none":
-        args += ["--agent", "replay", "--replay-dir",
-                 str(no_search_replay(root, experiments, (clone / TRAIN_PY).read_text()))]
+            "--tag", tag, "--phases", "train", *problem.run_args]
+    args += ["--max-hours", f"{minutes / 60:g}"] if minutes else ["--max-experiments", str(experiments)]
+    if searcher == "none":   # (a timed night cannot run out of retrains: one per minute is more than it can run)
+        args += ["--agent", "replay", "--replay-dir", str(no_search_replay(
+            root, max(experiments, int(minutes or 0)), (clone / TRAIN_PY).read_text()))]
     else:
         args += ["--agent", "optuna"] + ([] if searcher == "optuna" else ["--optuna-sampler", searcher])
     if screen:
@@ -227,6 +240,7 @@ def mean_ci(values: list[float]) -> tuple[float, float, float]:
 class NightRow:
     problem: str
     searcher: str
+    screen: float | None    # --screen F, None: off
     night: int
     start_rescored: list
     best_rescored: list
@@ -250,7 +264,11 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="nights per (problem, searcher)")
     parser.add_argument("--experiments", type=int, default=12, help="experiments per night")
     parser.add_argument("--rescore-seeds", type=int, default=3)
-    parser.add_argument("--screen", type=float, default=None, help="--screen F for every night")
+    parser.add_argument("--screen", type=screens, default=[None], metavar="F,F",
+                        help="--screen F for every night; a list (e.g. off,0.25) runs each night with each")
+    parser.add_argument("--budget", type=float, metavar="S", help="every problem's budget (default: its own)")
+    parser.add_argument("--minutes", type=float, metavar="M",
+                        help="each night runs M minutes (--max-hours) instead of --experiments experiments")
     parser.add_argument("--baselines", type=int, default=None, help="--baselines N for every night (default: the run's)")
     parser.add_argument("--json", metavar="FILE", help="write the night rows and the summary as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clones")
@@ -258,7 +276,8 @@ def main() -> int:
     if args.quick:
         args.problems, args.searchers, args.repeats, args.experiments, args.rescore_seeds = \
             "pendulum-gamma", "optuna,none", 1, 4, 2
-    problems = [PROBLEMS[name] for name in args.problems.split(",")]
+    problems = [replace(PROBLEMS[name], budget_s=args.budget or PROBLEMS[name].budget_s)
+                for name in args.problems.split(",")]
     searchers = [s for s in args.searchers.split(",") if s in SEARCHERS]
     rows: list[NightRow] = []
     shipped_scores: dict[str, float] = {}
@@ -268,12 +287,13 @@ def main() -> int:
         for problem in problems:
             print(f"# {problem.name}: {problem.env_id} {problem.budget_s:g}s; {problem.why}", flush=True)
             for night in range(1, args.repeats + 1):   # night-major: a cut-short run still compares searchers
-                for searcher in searchers:
-                    root = base / f"{problem.name}-{searcher}-{night}"
+                for searcher, screen in [(s, f) for s in searchers for f in args.screen]:
+                    root = base / f"{problem.name}-{searcher}-{screen or 'full'}-{night}"
                     root.mkdir(parents=True)
-                    n = run_night(root, problem, searcher, args.experiments, args.screen,
-                                  timeout_s=args.experiments * (problem.budget_s * 6 + 240) + 900,
-                                  baselines=args.baselines)
+                    n = run_night(root, problem, searcher, args.experiments, screen,
+                                  timeout_s=(args.minutes * 60 + problem.budget_s * 4 if args.minutes else
+                                             args.experiments * (problem.budget_s * 6 + 240)) + 900,
+                                  baselines=args.baselines, minutes=args.minutes)
                     cache = verify_cache_of(n["clone"])
                     if problem.detune and problem.name not in shipped_scores:
                         # the gap a night can close: the shipped train.py, rescored alike (same path)
@@ -289,11 +309,11 @@ def main() -> int:
                     p, significant = better(best, start)
                     improvement = float(np.mean(best) - np.mean(start))
                     gap = shipped_scores.get(problem.name, math.nan) - float(np.mean(start))
-                    row = NightRow(problem.name, searcher, night, start, best, improvement, p, significant,
+                    row = NightRow(problem.name, searcher, screen, night, start, best, improvement, p, significant,
                                    n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
                                    round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None)
                     rows.append(row)
-                    print(f"  {searcher:7s} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
+                    print(f"  {searcher:7s} {f'screen {screen:g}' if screen else 'no screen'} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
                           f"({improvement:+.2f}, p {p:.3f}; gap to shipped {gap:+.2f}) kept {n['kept']} "
                           f"screened {n['screened']} "
                           f"{'FALSE KEEP ' if row.false_keep else ''}{n['full_budgets']:g} budgets "
@@ -319,12 +339,12 @@ def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float
 
 def summarize(rows: list[NightRow]) -> list[dict]:
     out = []
-    for key in dict.fromkeys((r.problem, r.searcher) for r in rows):
-        group = [r for r in rows if (r.problem, r.searcher) == key]
+    for key in dict.fromkeys((r.problem, r.searcher, r.screen) for r in rows):
+        group = [r for r in rows if (r.problem, r.searcher, r.screen) == key]
         mean, low, high = mean_ci([r.improvement for r in group])
         budgets = sum(r.full_budgets for r in group)
         recovered = [r.gap_recovered for r in group if r.gap_recovered is not None]
-        out.append({"problem": key[0], "searcher": key[1], "nights": len(group), "improvement": mean,
+        out.append({"problem": key[0], "searcher": key[1], "screen": key[2], "nights": len(group), "improvement": mean,
                     "ci95": [low, high], "significant_nights": sum(r.significant for r in group),
                     "false_keeps": sum(r.false_keep for r in group),
                     "gap_recovered": float(np.mean(recovered)) if recovered else None,
@@ -337,17 +357,17 @@ def summarize(rows: list[NightRow]) -> list[dict]:
 
 
 def print_table(summary: list[dict]) -> None:
-    print("\n| problem | searcher | nights | improvement (95% CI) | significant | false keeps | gap recovered "
-          "| nights >= 80% | budgets | per budget | candidates/h | wall min |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| problem | searcher | screen | nights | improvement (95% CI) | significant | false keeps | gap recovered "
+          "| nights >= 80% | budgets | per budget | candidates/h | per hour | wall min |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summary:
         low, high = s["ci95"]
         ci = f"{s['improvement']:+.1f}" + (f" ({low:+.1f}, {high:+.1f})" if low == low else "")
         gap = f"{100 * s['gap_recovered']:.0f}%" if s["gap_recovered"] is not None else "-"
-        print(f"| {s['problem']} | {s['searcher']} | {s['nights']} | {ci} | {s['significant_nights']} | "
+        print(f"| {s['problem']} | {s['searcher']} | {s['screen'] or 'off'} | {s['nights']} | {ci} | {s['significant_nights']} | "
               f"{s['false_keeps']} | {gap} | {s['nights_recovering_80pct'] if s['gap_recovered'] is not None else '-'} | "
               f"{s['full_budgets']:.1f} | {s['improvement_per_budget']:+.2f} | "
-              f"{s['candidates_per_hour']:.0f} | {s['wall_min']:.1f} |")
+              f"{s['candidates_per_hour']:.0f} | {s['improvement_per_hour']:+.1f} | {s['wall_min']:.1f} |")
 
 
 if __name__ == "__main__":
