@@ -138,9 +138,9 @@ def run_night(root: Path, problem: Problem, searcher: str, experiments: int, scr
     args = [sys.executable, "-m", "orchestrator", "run", "--env", problem.env_id, "--budget", f"{problem.budget_s:g}",
             "--tag", tag, "--phases", "train", *problem.run_args]
     args += ["--max-hours", f"{minutes / 60:g}"] if minutes else ["--max-experiments", str(experiments)]
-    if searcher == "none":   # (a timed night cannot run out of retrains: one per minute is more than it can run)
-        args += ["--agent", "replay", "--replay-dir", str(no_search_replay(
-            root, max(experiments, int(minutes or 0)), (clone / TRAIN_PY).read_text()))]
+    if searcher == "none":   # a timed night must not run out of retrains: each takes at least a budget
+        retrains = int(minutes * 60 / problem.budget_s) + 1 if minutes else experiments
+        args += ["--agent", "replay", "--replay-dir", str(no_search_replay(root, retrains, (clone / TRAIN_PY).read_text()))]
     else:
         args += ["--agent", "optuna"] + ([] if searcher == "optuna" else ["--optuna-sampler", searcher])
     if screen:
