@@ -7,8 +7,8 @@
 //!   fat AABBs and pair order (proxy ids), b2World::Solve's island DFS order, b2Island::Solve
 //!   (integration, sequential impulses with warm starting, block solver, 180 velocity and 60 position
 //!   iterations, sleeping), b2RevoluteJoint (motor, limits), b2EdgeShape::RayCast for the lidar.
-//! NOT ported yet: continuous collision (b2World::SolveTOI, b2TimeOfImpact): a step where the
-//! reference finds a time of impact differs (see the tests and the report).
+//!   continuous collision: b2World::SolveTOI with b2TimeOfImpact (conservative advancement over
+//!   b2Distance's GJK) and b2Island::SolveTOI's sub-steps.
 //! The batched C ABI is documented in envs_fast/rust_backend.py; the framework auto-resets finished
 //! envs and applies the 1600-step time limit.
 use std::os::raw::c_char;
@@ -53,6 +53,10 @@ const MAX_ANGULAR_CORRECTION: f32 = 8.0 / 180.0 * PI32;
 const MAX_TRANSLATION: f32 = 2.0;
 const MAX_ROTATION: f32 = 0.5 * PI32;
 const BAUMGARTE: f32 = 0.2;
+const TOI_BAUMGARTE: f32 = 0.75;
+const MAX_SUB_STEPS: u32 = 8;
+const MAX_TOI_CONTACTS: usize = 32;
+const TOI_POSITION_ITERATIONS: usize = 20;
 const TIME_TO_SLEEP: f32 = 0.5;
 const LINEAR_SLEEP_TOLERANCE: f32 = 0.01;
 const ANGULAR_SLEEP_TOLERANCE: f32 = 2.0 / 180.0 * PI32;
@@ -713,6 +717,821 @@ fn world_manifold(m: &Manifold, xfa: Xf, ra: f32, xfb: Xf, rb: f32) -> (V2, [V2;
     }
 }
 
+// ---------------------------------------------------------------- the contact solver (b2ContactSolver.cpp)
+
+/// The island's positions and velocities, indexed by body, plus the slot every terrain edge
+/// shares (edges are static: zero inverse mass, at rest at the origin, so one slot is exact).
+struct SolverData {
+    pos_c: [V2; NB + 1],
+    pos_a: [f32; NB + 1],
+    vel_v: [V2; NB + 1],
+    vel_w: [f32; NB + 1],
+    inv_mass: [f32; NB + 1],
+    inv_i: [f32; NB + 1],
+    local_center: [V2; NB + 1],
+}
+
+impl SolverData {
+    fn new() -> SolverData {
+        SolverData { pos_c: [V2::default(); NB + 1], pos_a: [0.0; NB + 1], vel_v: [V2::default(); NB + 1],
+                     vel_w: [0.0; NB + 1], inv_mass: [0.0; NB + 1], inv_i: [0.0; NB + 1], local_center: [V2::default(); NB + 1] }
+    }
+    fn load(&mut self, b: usize, c: V2, a: f32, v: V2, w: f32) {
+        let sh = shapes();
+        self.pos_c[b] = c;
+        self.pos_a[b] = a;
+        self.vel_v[b] = v;
+        self.vel_w[b] = w;
+        self.inv_mass[b] = sh.inv_mass[b];
+        self.inv_i[b] = sh.inv_i[b];
+        self.local_center[b] = sh.local_center[b];
+    }
+    /// The integration of positions in b2Island::Solve / SolveTOI (translation and rotation capped).
+    fn integrate(&mut self, h: f32, bodies: &[usize]) {
+        for &b in bodies {
+            let mut c = self.pos_c[b];
+            let mut a = self.pos_a[b];
+            let mut v = self.vel_v[b];
+            let mut w = self.vel_w[b];
+            let translation = h * v;
+            if dot(translation, translation) > MAX_TRANSLATION * MAX_TRANSLATION {
+                let ratio = MAX_TRANSLATION / length(translation);
+                v = ratio * v;
+            }
+            let rotation = h * w;
+            if rotation * rotation > MAX_ROTATION * MAX_ROTATION {
+                let ratio = MAX_ROTATION / absf(rotation);
+                w *= ratio;
+            }
+            c = c + h * v;
+            a += h * w;
+            self.pos_c[b] = c;
+            self.pos_a[b] = a;
+            self.vel_v[b] = v;
+            self.vel_w[b] = w;
+        }
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct Vcp {
+    ra: V2,
+    rb: V2,
+    ni: f32,
+    ti: f32,
+    normal_mass: f32,
+    tangent_mass: f32,
+    bias: f32,
+}
+
+/// One contact's velocity constraint (and the manifold its position constraint reads). Body A is
+/// always a terrain edge (the edge-polygon contact puts the edge first), body B a walker body.
+#[derive(Clone, Copy)]
+struct Constraint {
+    k: usize,
+    b: usize,
+    m: Manifold,
+    points: [Vcp; 2],
+    normal: V2,
+    normal_mass: M22,
+    kmat: M22,
+    friction: f32,
+    count: usize,
+}
+
+struct ContactSolver {
+    vcs: Vec<Constraint>,
+}
+
+impl ContactSolver {
+    fn new(contacts: &[Contact], island: &[usize], warm: bool, _sd: &SolverData) -> ContactSolver {
+        let sh = shapes();
+        let dt_ratio = 1.0f32; // m_inv_dt0 * dt with a fixed step (the TOI sub-step sets 1 too)
+        let vcs = island.iter().map(|&k| {
+            let c = &contacts[k];
+            let mut points = [Vcp::default(); 2];
+            for j in 0..c.m.count {
+                let cp = &c.m.pts[j];
+                points[j].ni = if warm { dt_ratio * cp.ni } else { 0.0 };
+                points[j].ti = if warm { dt_ratio * cp.ti } else { 0.0 };
+            }
+            Constraint { k, b: c.body, m: c.m, points, normal: V2::default(), normal_mass: M22::default(),
+                         kmat: M22::default(), friction: ((FRICTION as f32) * sh.friction[c.body]).sqrt(), count: c.m.count }
+        }).collect();
+        ContactSolver { vcs }
+    }
+
+    fn initialize_velocity_constraints(&mut self, _contacts: &[Contact], sd: &SolverData) {
+        let radius = POLYGON_RADIUS;
+        for vc in self.vcs.iter_mut() {
+            let m = vc.m;
+            let (ia_, ib_) = (STATIC, vc.b);
+            let (ma, mb, ia, ib) = (0.0f32, sd.inv_mass[ib_], 0.0f32, sd.inv_i[ib_]);
+            let (ca, aa, va, wa) = (sd.pos_c[ia_], sd.pos_a[ia_], sd.vel_v[ia_], sd.vel_w[ia_]);
+            let (cb, ab, vb, wb) = (sd.pos_c[ib_], sd.pos_a[ib_], sd.vel_v[ib_], sd.vel_w[ib_]);
+            let qa = rot(aa);
+            let qb = rot(ab);
+            let xfa = Xf { q: qa, p: ca - mul_r(qa, sd.local_center[ia_]) };
+            let xfb = Xf { q: qb, p: cb - mul_r(qb, sd.local_center[ib_]) };
+            let (normal, wpoints) = world_manifold(&m, xfa, radius, xfb, radius);
+            vc.normal = normal;
+            for j in 0..vc.count {
+                let p = &mut vc.points[j];
+                p.ra = wpoints[j] - ca;
+                p.rb = wpoints[j] - cb;
+                let rna = cross(p.ra, normal);
+                let rnb = cross(p.rb, normal);
+                let kn = ma + mb + ia * rna * rna + ib * rnb * rnb;
+                p.normal_mass = if kn > 0.0 { 1.0 / kn } else { 0.0 };
+                let tangent = cross_vs(normal, 1.0);
+                let rta = cross(p.ra, tangent);
+                let rtb = cross(p.rb, tangent);
+                let kt = ma + mb + ia * rta * rta + ib * rtb * rtb;
+                p.tangent_mass = if kt > 0.0 { 1.0 / kt } else { 0.0 };
+                p.bias = 0.0;
+                let vrel = dot(normal, vb + cross_sv(wb, p.rb) - va - cross_sv(wa, p.ra));
+                if vrel < -VELOCITY_THRESHOLD {
+                    p.bias = -0.0 * vrel; // restitution 0
+                }
+            }
+            if vc.count == 2 {
+                let (p1, p2) = (&vc.points[0], &vc.points[1]);
+                let rn1a = cross(p1.ra, normal);
+                let rn1b = cross(p1.rb, normal);
+                let rn2a = cross(p2.ra, normal);
+                let rn2b = cross(p2.rb, normal);
+                let k11 = ma + mb + ia * rn1a * rn1a + ib * rn1b * rn1b;
+                let k22 = ma + mb + ia * rn2a * rn2a + ib * rn2b * rn2b;
+                let k12 = ma + mb + ia * rn1a * rn2a + ib * rn1b * rn2b;
+                let k_max_condition = 1000.0f32;
+                if k11 * k11 < k_max_condition * (k11 * k22 - k12 * k12) {
+                    vc.kmat = M22 { ex: v2(k11, k12), ey: v2(k12, k22) };
+                    vc.normal_mass = vc.kmat.inverse();
+                } else {
+                    vc.count = 1;
+                }
+            }
+        }
+    }
+
+    fn warm_start(&self, sd: &mut SolverData) {
+        for vc in self.vcs.iter() {
+            let (ia_, ib_) = (STATIC, vc.b);
+            let (ma, mb, ia, ib) = (0.0f32, sd.inv_mass[ib_], 0.0f32, sd.inv_i[ib_]);
+            let (mut va, mut wa, mut vb, mut wb) = (sd.vel_v[ia_], sd.vel_w[ia_], sd.vel_v[ib_], sd.vel_w[ib_]);
+            let normal = vc.normal;
+            let tangent = cross_vs(normal, 1.0);
+            for j in 0..vc.count {
+                let p = &vc.points[j];
+                let pp = p.ni * normal + p.ti * tangent;
+                wa -= ia * cross(p.ra, pp);
+                va = va - ma * pp;
+                wb += ib * cross(p.rb, pp);
+                vb = vb + mb * pp;
+            }
+            sd.vel_v[ia_] = va;
+            sd.vel_w[ia_] = wa;
+            sd.vel_v[ib_] = vb;
+            sd.vel_w[ib_] = wb;
+        }
+    }
+
+    fn solve_velocity_constraints(&mut self, sd: &mut SolverData) {
+        for vc in self.vcs.iter_mut() {
+            let (ia_, ib_) = (STATIC, vc.b);
+            let (ma, mb, ia, ib) = (0.0f32, sd.inv_mass[ib_], 0.0f32, sd.inv_i[ib_]);
+            let (mut va, mut wa, mut vb, mut wb) = (sd.vel_v[ia_], sd.vel_w[ia_], sd.vel_v[ib_], sd.vel_w[ib_]);
+            let normal = vc.normal;
+            let tangent = cross_vs(normal, 1.0);
+            let friction = vc.friction;
+            for j in 0..vc.count {
+                let p = &mut vc.points[j];
+                let dv = vb + cross_sv(wb, p.rb) - va - cross_sv(wa, p.ra);
+                let vt = dot(dv, tangent) - 0.0;
+                let mut lambda = p.tangent_mass * (-vt);
+                let max_friction = friction * p.ni;
+                let new_impulse = clampf(p.ti + lambda, -max_friction, max_friction);
+                lambda = new_impulse - p.ti;
+                p.ti = new_impulse;
+                let pp = lambda * tangent;
+                va = va - ma * pp;
+                wa -= ia * cross(p.ra, pp);
+                vb = vb + mb * pp;
+                wb += ib * cross(p.rb, pp);
+            }
+            if vc.count == 1 {
+                let p = &mut vc.points[0];
+                let dv = vb + cross_sv(wb, p.rb) - va - cross_sv(wa, p.ra);
+                let vn = dot(dv, normal);
+                let mut lambda = -p.normal_mass * (vn - p.bias);
+                let new_impulse = maxf(p.ni + lambda, 0.0);
+                lambda = new_impulse - p.ni;
+                p.ni = new_impulse;
+                let pp = lambda * normal;
+                va = va - ma * pp;
+                wa -= ia * cross(p.ra, pp);
+                vb = vb + mb * pp;
+                wb += ib * cross(p.rb, pp);
+            } else {
+                // the block solver: Box2D's total enumeration of the 2-point LCP
+                let a = v2(vc.points[0].ni, vc.points[1].ni);
+                let (r1a, r1b, r2a, r2b) = (vc.points[0].ra, vc.points[0].rb, vc.points[1].ra, vc.points[1].rb);
+                let dv1 = vb + cross_sv(wb, r1b) - va - cross_sv(wa, r1a);
+                let dv2 = vb + cross_sv(wb, r2b) - va - cross_sv(wa, r2a);
+                let vn1 = dot(dv1, normal);
+                let vn2 = dot(dv2, normal);
+                let mut b = v2(vn1 - vc.points[0].bias, vn2 - vc.points[1].bias);
+                b = b - vc.kmat.mul(a);
+                let mut solved: Option<V2> = None;
+                let x = -vc.normal_mass.mul(b);
+                if x.x >= 0.0 && x.y >= 0.0 {
+                    solved = Some(x);
+                }
+                if solved.is_none() {
+                    let x = v2(-vc.points[0].normal_mass * b.x, 0.0);
+                    let vn2 = vc.kmat.ex.y * x.x + b.y;
+                    if x.x >= 0.0 && vn2 >= 0.0 {
+                        solved = Some(x);
+                    }
+                }
+                if solved.is_none() {
+                    let x = v2(0.0, -vc.points[1].normal_mass * b.y);
+                    let vn1 = vc.kmat.ey.x * x.y + b.x;
+                    if x.y >= 0.0 && vn1 >= 0.0 {
+                        solved = Some(x);
+                    }
+                }
+                if solved.is_none() && b.x >= 0.0 && b.y >= 0.0 {
+                    solved = Some(v2(0.0, 0.0));
+                }
+                if let Some(x) = solved {
+                    let d = x - a;
+                    let p1 = d.x * normal;
+                    let p2 = d.y * normal;
+                    va = va - ma * (p1 + p2);
+                    wa -= ia * (cross(r1a, p1) + cross(r2a, p2));
+                    vb = vb + mb * (p1 + p2);
+                    wb += ib * (cross(r1b, p1) + cross(r2b, p2));
+                    vc.points[0].ni = x.x;
+                    vc.points[1].ni = x.y;
+                }
+            }
+            sd.vel_v[ia_] = va;
+            sd.vel_w[ia_] = wa;
+            sd.vel_v[ib_] = vb;
+            sd.vel_w[ib_] = wb;
+        }
+    }
+
+    fn store_impulses(&self, contacts: &mut [Contact]) {
+        for vc in self.vcs.iter() {
+            let m = &mut contacts[vc.k].m;
+            for j in 0..vc.count {
+                m.pts[j].ni = vc.points[j].ni;
+                m.pts[j].ti = vc.points[j].ti;
+            }
+        }
+    }
+
+    /// SolvePositionConstraints (baumgarte b2_baumgarte) and SolveTOIPositionConstraints
+    /// (b2_toiBaugarte; only the TOI pair's masses count, and edges have none): the minimum separation.
+    fn solve_position_constraints(&self, _contacts: &[Contact], sd: &mut SolverData, baumgarte: f32) -> f32 {
+        let radius = POLYGON_RADIUS;
+        let mut min_separation = 0.0f32;
+        for vc in self.vcs.iter() {
+            let pc = &vc.m;
+            let (ia_, ib_) = (STATIC, vc.b);
+            let (lca, lcb) = (sd.local_center[ia_], sd.local_center[ib_]);
+            let (ma, mb, ia, ib) = (0.0f32, sd.inv_mass[ib_], 0.0f32, sd.inv_i[ib_]);
+            let (mut ca, mut aa, mut cb, mut ab) = (sd.pos_c[ia_], sd.pos_a[ia_], sd.pos_c[ib_], sd.pos_a[ib_]);
+            for j in 0..pc.count {
+                let qa = rot(aa);
+                let qb = rot(ab);
+                let xfa = Xf { q: qa, p: ca - mul_r(qa, lca) };
+                let xfb = Xf { q: qb, p: cb - mul_r(qb, lcb) };
+                let (normal, point, separation) = if pc.typ == 1 {
+                    let normal = mul_r(xfa.q, pc.ln);
+                    let plane = mul_x(xfa, pc.lp);
+                    let clip = mul_x(xfb, pc.pts[j].lp);
+                    (normal, clip, dot(clip - plane, normal) - radius - radius)
+                } else {
+                    let normal = mul_r(xfb.q, pc.ln);
+                    let plane = mul_x(xfb, pc.lp);
+                    let clip = mul_x(xfa, pc.pts[j].lp);
+                    (-normal, clip, dot(clip - plane, normal) - radius - radius)
+                };
+                let ra = point - ca;
+                let rb = point - cb;
+                min_separation = minf(min_separation, separation);
+                let cc = clampf(baumgarte * (separation + LINEAR_SLOP), -MAX_LINEAR_CORRECTION, 0.0);
+                let rna = cross(ra, normal);
+                let rnb = cross(rb, normal);
+                let k = ma + mb + ia * rna * rna + ib * rnb * rnb;
+                let impulse = if k > 0.0 { -cc / k } else { 0.0 };
+                let p = impulse * normal;
+                ca = ca - ma * p;
+                aa -= ia * cross(ra, p);
+                cb = cb + mb * p;
+                ab += ib * cross(rb, p);
+            }
+            sd.pos_c[ia_] = ca;
+            sd.pos_a[ia_] = aa;
+            sd.pos_c[ib_] = cb;
+            sd.pos_a[ib_] = ab;
+        }
+        min_separation
+    }
+}
+
+// ---------------------------------------------------------------- time of impact (b2Distance.cpp, b2TimeOfImpact.cpp)
+
+#[derive(Clone, Copy, Debug)]
+struct Sweep {
+    lc: V2,
+    c0: V2,
+    c: V2,
+    a0: f32,
+    a: f32,
+}
+
+impl Sweep {
+    fn transform(&self, beta: f32) -> Xf {
+        let p = (1.0 - beta) * self.c0 + beta * self.c;
+        let angle = (1.0 - beta) * self.a0 + beta * self.a;
+        let q = rot(angle);
+        Xf { q, p: p - mul_r(q, self.lc) }
+    }
+    fn normalize(&mut self) {
+        let two_pi = 2.0 * PI32;
+        let d = two_pi * (self.a0 / two_pi).floor();
+        self.a0 -= d;
+        self.a -= d;
+    }
+}
+
+struct DistanceProxy {
+    v: [V2; 8],
+    count: usize,
+    radius: f32,
+}
+
+impl DistanceProxy {
+    fn edge(v1: V2, v2_: V2) -> DistanceProxy {
+        let mut v = [V2::default(); 8];
+        v[0] = v1;
+        v[1] = v2_;
+        DistanceProxy { v, count: 2, radius: POLYGON_RADIUS }
+    }
+    fn poly(p: &Poly) -> DistanceProxy {
+        DistanceProxy { v: p.v, count: p.count, radius: POLYGON_RADIUS }
+    }
+    fn support(&self, d: V2) -> usize {
+        let mut best = 0;
+        let mut best_value = dot(self.v[0], d);
+        for i in 1..self.count {
+            let value = dot(self.v[i], d);
+            if value > best_value {
+                best = i;
+                best_value = value;
+            }
+        }
+        best
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+struct SimplexCache {
+    metric: f32,
+    count: usize,
+    ia: [usize; 3],
+    ib: [usize; 3],
+}
+
+#[derive(Clone, Copy, Default)]
+struct SimplexVertex {
+    wa: V2,
+    wb: V2,
+    w: V2,
+    a: f32,
+    ia: usize,
+    ib: usize,
+}
+
+struct Simplex {
+    v: [SimplexVertex; 3],
+    count: usize,
+}
+
+fn distance(a: V2, b: V2) -> f32 {
+    length(a - b)
+}
+
+impl Simplex {
+    fn metric(&self) -> f32 {
+        match self.count {
+            2 => distance(self.v[0].w, self.v[1].w),
+            3 => cross(self.v[1].w - self.v[0].w, self.v[2].w - self.v[0].w),
+            _ => 0.0,
+        }
+    }
+    fn read_cache(cache: &SimplexCache, pa: &DistanceProxy, xfa: Xf, pb: &DistanceProxy, xfb: Xf) -> Simplex {
+        let mut s = Simplex { v: [SimplexVertex::default(); 3], count: cache.count };
+        for i in 0..s.count {
+            let v = &mut s.v[i];
+            v.ia = cache.ia[i];
+            v.ib = cache.ib[i];
+            v.wa = mul_x(xfa, pa.v[v.ia]);
+            v.wb = mul_x(xfb, pb.v[v.ib]);
+            v.w = v.wb - v.wa;
+            v.a = 0.0;
+        }
+        if s.count > 1 {
+            let metric1 = cache.metric;
+            let metric2 = s.metric();
+            if metric2 < 0.5 * metric1 || 2.0 * metric1 < metric2 || metric2 < EPSILON {
+                s.count = 0;
+            }
+        }
+        if s.count == 0 {
+            let v = &mut s.v[0];
+            v.ia = 0;
+            v.ib = 0;
+            v.wa = mul_x(xfa, pa.v[0]);
+            v.wb = mul_x(xfb, pb.v[0]);
+            v.w = v.wb - v.wa;
+            v.a = 1.0;
+            s.count = 1;
+        }
+        s
+    }
+    fn write_cache(&self, cache: &mut SimplexCache) {
+        cache.metric = self.metric();
+        cache.count = self.count;
+        for i in 0..self.count {
+            cache.ia[i] = self.v[i].ia;
+            cache.ib[i] = self.v[i].ib;
+        }
+    }
+    fn search_direction(&self) -> V2 {
+        match self.count {
+            1 => -self.v[0].w,
+            2 => {
+                let e12 = self.v[1].w - self.v[0].w;
+                let sgn = cross(e12, -self.v[0].w);
+                if sgn > 0.0 { cross_sv(1.0, e12) } else { cross_vs(e12, 1.0) }
+            }
+            _ => V2::default(),
+        }
+    }
+    fn witness_points(&self) -> (V2, V2) {
+        let v = &self.v;
+        match self.count {
+            1 => (v[0].wa, v[0].wb),
+            2 => (v[0].a * v[0].wa + v[1].a * v[1].wa, v[0].a * v[0].wb + v[1].a * v[1].wb),
+            3 => {
+                let pa = v[0].a * v[0].wa + v[1].a * v[1].wa + v[2].a * v[2].wa;
+                (pa, pa)
+            }
+            _ => (V2::default(), V2::default()),
+        }
+    }
+    fn solve2(&mut self) {
+        let w1 = self.v[0].w;
+        let w2 = self.v[1].w;
+        let e12 = w2 - w1;
+        let d12_2 = -dot(w1, e12);
+        if d12_2 <= 0.0 {
+            self.v[0].a = 1.0;
+            self.count = 1;
+            return;
+        }
+        let d12_1 = dot(w2, e12);
+        if d12_1 <= 0.0 {
+            self.v[1].a = 1.0;
+            self.count = 1;
+            self.v[0] = self.v[1];
+            return;
+        }
+        let inv_d12 = 1.0 / (d12_1 + d12_2);
+        self.v[0].a = d12_1 * inv_d12;
+        self.v[1].a = d12_2 * inv_d12;
+        self.count = 2;
+    }
+    fn solve3(&mut self) {
+        let (w1, w2, w3) = (self.v[0].w, self.v[1].w, self.v[2].w);
+        let e12 = w2 - w1;
+        let w1e12 = dot(w1, e12);
+        let w2e12 = dot(w2, e12);
+        let d12_1 = w2e12;
+        let d12_2 = -w1e12;
+        let e13 = w3 - w1;
+        let w1e13 = dot(w1, e13);
+        let w3e13 = dot(w3, e13);
+        let d13_1 = w3e13;
+        let d13_2 = -w1e13;
+        let e23 = w3 - w2;
+        let w2e23 = dot(w2, e23);
+        let w3e23 = dot(w3, e23);
+        let d23_1 = w3e23;
+        let d23_2 = -w2e23;
+        let n123 = cross(e12, e13);
+        let d123_1 = n123 * cross(w2, w3);
+        let d123_2 = n123 * cross(w3, w1);
+        let d123_3 = n123 * cross(w1, w2);
+        if d12_2 <= 0.0 && d13_2 <= 0.0 {
+            self.v[0].a = 1.0;
+            self.count = 1;
+            return;
+        }
+        if d12_1 > 0.0 && d12_2 > 0.0 && d123_3 <= 0.0 {
+            let inv_d12 = 1.0 / (d12_1 + d12_2);
+            self.v[0].a = d12_1 * inv_d12;
+            self.v[1].a = d12_2 * inv_d12;
+            self.count = 2;
+            return;
+        }
+        if d13_1 > 0.0 && d13_2 > 0.0 && d123_2 <= 0.0 {
+            let inv_d13 = 1.0 / (d13_1 + d13_2);
+            self.v[0].a = d13_1 * inv_d13;
+            self.v[2].a = d13_2 * inv_d13;
+            self.count = 2;
+            self.v[1] = self.v[2];
+            return;
+        }
+        if d12_1 <= 0.0 && d23_2 <= 0.0 {
+            self.v[1].a = 1.0;
+            self.count = 1;
+            self.v[0] = self.v[1];
+            return;
+        }
+        if d13_1 <= 0.0 && d23_1 <= 0.0 {
+            self.v[2].a = 1.0;
+            self.count = 1;
+            self.v[0] = self.v[2];
+            return;
+        }
+        if d23_1 > 0.0 && d23_2 > 0.0 && d123_1 <= 0.0 {
+            let inv_d23 = 1.0 / (d23_1 + d23_2);
+            self.v[1].a = d23_1 * inv_d23;
+            self.v[2].a = d23_2 * inv_d23;
+            self.count = 2;
+            self.v[0] = self.v[2];
+            return;
+        }
+        let inv_d123 = 1.0 / (d123_1 + d123_2 + d123_3);
+        self.v[0].a = d123_1 * inv_d123;
+        self.v[1].a = d123_2 * inv_d123;
+        self.v[2].a = d123_3 * inv_d123;
+        self.count = 3;
+    }
+}
+
+/// b2Distance (GJK) without radii: the distance between the proxies' cores.
+fn gjk_distance(cache: &mut SimplexCache, pa: &DistanceProxy, xfa: Xf, pb: &DistanceProxy, xfb: Xf) -> f32 {
+    let mut simplex = Simplex::read_cache(cache, pa, xfa, pb, xfb);
+    let k_max_iters = 20;
+    let mut save_a = [0usize; 3];
+    let mut save_b = [0usize; 3];
+    let mut iter = 0;
+    while iter < k_max_iters {
+        let save_count = simplex.count;
+        for i in 0..save_count {
+            save_a[i] = simplex.v[i].ia;
+            save_b[i] = simplex.v[i].ib;
+        }
+        match simplex.count {
+            2 => simplex.solve2(),
+            3 => simplex.solve3(),
+            _ => {}
+        }
+        if simplex.count == 3 {
+            break;
+        }
+        let d = simplex.search_direction();
+        if dot(d, d) < EPSILON * EPSILON {
+            break;
+        }
+        let n = simplex.count;
+        let vertex = &mut simplex.v[n];
+        vertex.ia = pa.support(mult_r(xfa.q, -d));
+        vertex.wa = mul_x(xfa, pa.v[vertex.ia]);
+        vertex.ib = pb.support(mult_r(xfb.q, d));
+        vertex.wb = mul_x(xfb, pb.v[vertex.ib]);
+        vertex.w = vertex.wb - vertex.wa;
+        iter += 1;
+        let mut duplicate = false;
+        for i in 0..save_count {
+            if vertex.ia == save_a[i] && vertex.ib == save_b[i] {
+                duplicate = true;
+                break;
+            }
+        }
+        if duplicate {
+            break;
+        }
+        simplex.count += 1;
+    }
+    let (p_a, p_b) = simplex.witness_points();
+    simplex.write_cache(cache);
+    distance(p_a, p_b)
+}
+
+const SEP_POINTS: u8 = 0;
+const SEP_FACE_A: u8 = 1;
+const SEP_FACE_B: u8 = 2;
+
+struct SeparationFunction<'a> {
+    pa: &'a DistanceProxy,
+    pb: &'a DistanceProxy,
+    sa: Sweep,
+    sb: Sweep,
+    typ: u8,
+    local_point: V2,
+    axis: V2,
+}
+
+impl<'a> SeparationFunction<'a> {
+    fn new(cache: &SimplexCache, pa: &'a DistanceProxy, sa: Sweep, pb: &'a DistanceProxy, sb: Sweep, t1: f32) -> SeparationFunction<'a> {
+        let xfa = sa.transform(t1);
+        let xfb = sb.transform(t1);
+        let mut f = SeparationFunction { pa, pb, sa, sb, typ: SEP_POINTS, local_point: V2::default(), axis: V2::default() };
+        if cache.count == 1 {
+            let point_a = mul_x(xfa, pa.v[cache.ia[0]]);
+            let point_b = mul_x(xfb, pb.v[cache.ib[0]]);
+            f.axis = normalize(point_b - point_a);
+        } else if cache.ia[0] == cache.ia[1] {
+            f.typ = SEP_FACE_B;
+            let b1 = pb.v[cache.ib[0]];
+            let b2 = pb.v[cache.ib[1]];
+            f.axis = normalize(cross_vs(b2 - b1, 1.0));
+            let normal = mul_r(xfb.q, f.axis);
+            f.local_point = 0.5 * (b1 + b2);
+            let point_b = mul_x(xfb, f.local_point);
+            let point_a = mul_x(xfa, pa.v[cache.ia[0]]);
+            if dot(point_a - point_b, normal) < 0.0 {
+                f.axis = -f.axis;
+            }
+        } else {
+            f.typ = SEP_FACE_A;
+            let a1 = pa.v[cache.ia[0]];
+            let a2 = pa.v[cache.ia[1]];
+            f.axis = normalize(cross_vs(a2 - a1, 1.0));
+            let normal = mul_r(xfa.q, f.axis);
+            f.local_point = 0.5 * (a1 + a2);
+            let point_a = mul_x(xfa, f.local_point);
+            let point_b = mul_x(xfb, pb.v[cache.ib[0]]);
+            if dot(point_b - point_a, normal) < 0.0 {
+                f.axis = -f.axis;
+            }
+        }
+        f
+    }
+
+    fn find_min_separation(&self, t: f32) -> (usize, usize, f32) {
+        let xfa = self.sa.transform(t);
+        let xfb = self.sb.transform(t);
+        match self.typ {
+            SEP_POINTS => {
+                let ia = self.pa.support(mult_r(xfa.q, self.axis));
+                let ib = self.pb.support(mult_r(xfb.q, -self.axis));
+                let point_a = mul_x(xfa, self.pa.v[ia]);
+                let point_b = mul_x(xfb, self.pb.v[ib]);
+                (ia, ib, dot(point_b - point_a, self.axis))
+            }
+            SEP_FACE_A => {
+                let normal = mul_r(xfa.q, self.axis);
+                let point_a = mul_x(xfa, self.local_point);
+                let ib = self.pb.support(mult_r(xfb.q, -normal));
+                let point_b = mul_x(xfb, self.pb.v[ib]);
+                (usize::MAX, ib, dot(point_b - point_a, normal))
+            }
+            _ => {
+                let normal = mul_r(xfb.q, self.axis);
+                let point_b = mul_x(xfb, self.local_point);
+                let ia = self.pa.support(mult_r(xfa.q, -normal));
+                let point_a = mul_x(xfa, self.pa.v[ia]);
+                (ia, usize::MAX, dot(point_a - point_b, normal))
+            }
+        }
+    }
+
+    fn evaluate(&self, ia: usize, ib: usize, t: f32) -> f32 {
+        let xfa = self.sa.transform(t);
+        let xfb = self.sb.transform(t);
+        match self.typ {
+            SEP_POINTS => {
+                let point_a = mul_x(xfa, self.pa.v[ia]);
+                let point_b = mul_x(xfb, self.pb.v[ib]);
+                dot(point_b - point_a, self.axis)
+            }
+            SEP_FACE_A => {
+                let normal = mul_r(xfa.q, self.axis);
+                let point_a = mul_x(xfa, self.local_point);
+                let point_b = mul_x(xfb, self.pb.v[ib]);
+                dot(point_b - point_a, normal)
+            }
+            _ => {
+                let normal = mul_r(xfb.q, self.axis);
+                let point_b = mul_x(xfb, self.local_point);
+                let point_a = mul_x(xfa, self.pa.v[ia]);
+                dot(point_a - point_b, normal)
+            }
+        }
+    }
+}
+
+const TOI_OVERLAPPED: u8 = 1;
+const TOI_TOUCHING: u8 = 2;
+const TOI_SEPARATED: u8 = 3;
+const TOI_FAILED: u8 = 4;
+
+/// b2TimeOfImpact: (state, t) for the sweeps over [0, t_max] (conservative advancement).
+fn time_of_impact(pa: &DistanceProxy, sweep_a: Sweep, pb: &DistanceProxy, sweep_b: Sweep, t_max: f32) -> (u8, f32) {
+    let mut sa = sweep_a;
+    let mut sb = sweep_b;
+    sa.normalize();
+    sb.normalize();
+    let total_radius = pa.radius + pb.radius;
+    let target = maxf(LINEAR_SLOP, total_radius - 3.0 * LINEAR_SLOP);
+    let tolerance = 0.25 * LINEAR_SLOP;
+    let mut t1 = 0.0f32;
+    let k_max_iterations = 20;
+    let mut iter = 0;
+    let mut cache = SimplexCache::default();
+    loop {
+        let xfa = sa.transform(t1);
+        let xfb = sb.transform(t1);
+        let dist = gjk_distance(&mut cache, pa, xfa, pb, xfb);
+        if dist <= 0.0 {
+            return (TOI_OVERLAPPED, 0.0);
+        }
+        if dist < target + tolerance {
+            return (TOI_TOUCHING, t1);
+        }
+        let fcn = SeparationFunction::new(&cache, pa, sa, pb, sb, t1);
+        let mut done: Option<(u8, f32)> = None;
+        let mut t2 = t_max;
+        let mut push_back_iter = 0;
+        loop {
+            let (ia, ib, mut s2) = fcn.find_min_separation(t2);
+            if s2 > target + tolerance {
+                done = Some((TOI_SEPARATED, t_max));
+                break;
+            }
+            if s2 > target - tolerance {
+                t1 = t2;
+                break;
+            }
+            let mut s1 = fcn.evaluate(ia, ib, t1);
+            if s1 < target - tolerance {
+                done = Some((TOI_FAILED, t1));
+                break;
+            }
+            if s1 <= target + tolerance {
+                done = Some((TOI_TOUCHING, t1));
+                break;
+            }
+            let mut root_iter_count = 0;
+            let (mut a1, mut a2) = (t1, t2);
+            loop {
+                let t = if root_iter_count & 1 == 1 {
+                    a1 + (target - s1) * (a2 - a1) / (s2 - s1)
+                } else {
+                    0.5 * (a1 + a2)
+                };
+                root_iter_count += 1;
+                let s = fcn.evaluate(ia, ib, t);
+                if absf(s - target) < tolerance {
+                    t2 = t;
+                    break;
+                }
+                if s > target {
+                    a1 = t;
+                    s1 = s;
+                } else {
+                    a2 = t;
+                    s2 = s;
+                }
+                if root_iter_count == 50 {
+                    break;
+                }
+            }
+            push_back_iter += 1;
+            if push_back_iter == 16 {
+                // b2_maxPolygonVertices in pybox2d's b2Settings.h
+                break;
+            }
+        }
+        iter += 1;
+        if let Some(result) = done {
+            return result;
+        }
+        if iter == k_max_iterations {
+            return (TOI_FAILED, t1);
+        }
+    }
+}
+
 // ---------------------------------------------------------------- the world
 
 #[derive(Clone, Copy, Default)]
@@ -729,8 +1548,23 @@ struct Body {
     fat: [f32; 4],
     proxy: i64,
     force: V2,
+    alpha0: f32,
 }
 impl Body {
+    /// b2Sweep::Advance
+    fn advance_sweep(&mut self, alpha: f32) {
+        let beta = (alpha - self.alpha0) / (1.0 - self.alpha0);
+        self.c0 = (1.0 - beta) * self.c0 + beta * self.c;
+        self.a0 = (1.0 - beta) * self.a0 + beta * self.a;
+        self.alpha0 = alpha;
+    }
+    /// b2Body::Advance: to the safe time alpha (the broad-phase is not synchronized).
+    fn advance(&mut self, alpha: f32, lc: V2) {
+        self.advance_sweep(alpha);
+        self.c = self.c0;
+        self.a = self.a0;
+        self.sync_transform(lc);
+    }
     fn sync_transform(&mut self, lc: V2) {
         self.xf.q = rot(self.a);
         self.xf.p = self.c - mul_r(self.xf.q, lc);
@@ -784,6 +1618,9 @@ struct Contact {
     enabled: bool,
     m: Manifold,
     island: bool,
+    toi_flag: bool,
+    toi_count: u32,
+    toi: f32,
 }
 
 struct World {
@@ -865,7 +1702,7 @@ impl World {
                 m.pts[p] = MPoint { lp: v2(s[q] as f32, s[q + 1] as f32), ni: s[q + 2] as f32, ti: s[q + 3] as f32, key: s[q + 4] as u32 };
             }
             world.contacts.push(Contact { edge: s[o] as usize, body: s[o + 1] as usize, touching: s[o + 2] != 0.0,
-                                          enabled: s[o + 3] != 0.0, m, island: false });
+                                          enabled: s[o + 3] != 0.0, m, ..Contact::default() });
         }
         world
     }
@@ -1056,12 +1893,12 @@ impl World {
             if self.contacts.iter().any(|c| c.edge == e && c.body == b) {
                 continue;
             }
-            self.contacts.insert(0, Contact { edge: e, body: b, touching: false, enabled: true, m: Manifold::default(), island: false });
+            self.contacts.insert(0, Contact { edge: e, body: b, enabled: true, ..Contact::default() });
             self.bodies[b].set_awake(true);
         }
     }
 
-    /// b2World::Step(1/FPS, 180, 60) without continuous collision.
+    /// b2World::Step(1/FPS, 180, 60): collide, solve, continuous collision.
     fn step(&mut self) {
         let h = (1.0 / FPS) as f32;
         self.collide();
@@ -1115,6 +1952,7 @@ impl World {
             }
         }
         self.find_new_contacts(&moved);
+        self.solve_toi(h);
         for b in self.bodies.iter_mut() {
             b.force = v2(0.0, 0.0);
         }
@@ -1124,14 +1962,7 @@ impl World {
     fn solve_island(&mut self, h: f32, island_bodies: &[usize], contacts: &[usize], joints: &[usize]) {
         let sh = shapes();
         let gravity = v2(0.0, -10.0);
-        // solver arrays indexed by body, plus the shared static slot
-        let mut pos_c = [V2::default(); NB + 1];
-        let mut pos_a = [0.0f32; NB + 1];
-        let mut vel_v = [V2::default(); NB + 1];
-        let mut vel_w = [0.0f32; NB + 1];
-        let mut inv_mass = [0.0f32; NB + 1];
-        let mut inv_i = [0.0f32; NB + 1];
-        let mut local_center = [V2::default(); NB + 1];
+        let mut sd = SolverData::new();
         for &b in island_bodies {
             let body = &mut self.bodies[b];
             let c = body.c;
@@ -1144,301 +1975,28 @@ impl World {
             w += h * sh.inv_i[b] * 0.0;
             v = clampf(1.0 - h * 0.0, 0.0, 1.0) * v;
             w *= clampf(1.0 - h * 0.0, 0.0, 1.0);
-            pos_c[b] = c;
-            pos_a[b] = a;
-            vel_v[b] = v;
-            vel_w[b] = w;
-            inv_mass[b] = sh.inv_mass[b];
-            inv_i[b] = sh.inv_i[b];
-            local_center[b] = sh.local_center[b];
+            sd.load(b, c, a, v, w);
         }
-
-        // b2ContactSolver: constructor + InitializeVelocityConstraints
-        struct Vcp {
-            ra: V2,
-            rb: V2,
-            ni: f32,
-            ti: f32,
-            normal_mass: f32,
-            tangent_mass: f32,
-            bias: f32,
-        }
-        struct Vc {
-            k: usize,
-            b: usize,
-            points: Vec<Vcp>,
-            normal: V2,
-            normal_mass: M22,
-            kmat: M22,
-            friction: f32,
-            count: usize,
-        }
-        let warm = true;
-        let dt_ratio = 1.0f32; // m_inv_dt0 * dt with a fixed step
-        let mut vcs: Vec<Vc> = Vec::with_capacity(contacts.len());
-        for &k in contacts {
-            let c = &self.contacts[k];
-            let b = c.body;
-            let friction = ((FRICTION as f32) * sh.friction[b]).sqrt();
-            let mut points = Vec::new();
-            for j in 0..c.m.count {
-                let cp = &c.m.pts[j];
-                points.push(Vcp { ra: V2::default(), rb: V2::default(),
-                                  ni: if warm { dt_ratio * cp.ni } else { 0.0 }, ti: if warm { dt_ratio * cp.ti } else { 0.0 },
-                                  normal_mass: 0.0, tangent_mass: 0.0, bias: 0.0 });
-            }
-            vcs.push(Vc { k, b, points, normal: V2::default(), normal_mass: M22::default(), kmat: M22::default(), friction,
-                          count: c.m.count });
-        }
-        let radius = POLYGON_RADIUS;
-        for vc in vcs.iter_mut() {
-            let m = self.contacts[vc.k].m;
-            let (ia_, ib_) = (STATIC, vc.b);
-            let (ma, mb, ia, ib) = (0.0f32, inv_mass[ib_], 0.0f32, inv_i[ib_]);
-            let (ca, aa, va, wa) = (pos_c[ia_], pos_a[ia_], vel_v[ia_], vel_w[ia_]);
-            let (cb, ab, vb, wb) = (pos_c[ib_], pos_a[ib_], vel_v[ib_], vel_w[ib_]);
-            let qa = rot(aa);
-            let qb = rot(ab);
-            let xfa = Xf { q: qa, p: ca - mul_r(qa, local_center[ia_]) };
-            let xfb = Xf { q: qb, p: cb - mul_r(qb, local_center[ib_]) };
-            let (normal, wpoints) = world_manifold(&m, xfa, radius, xfb, radius);
-            vc.normal = normal;
-            for j in 0..vc.count {
-                let p = &mut vc.points[j];
-                p.ra = wpoints[j] - ca;
-                p.rb = wpoints[j] - cb;
-                let rna = cross(p.ra, normal);
-                let rnb = cross(p.rb, normal);
-                let kn = ma + mb + ia * rna * rna + ib * rnb * rnb;
-                p.normal_mass = if kn > 0.0 { 1.0 / kn } else { 0.0 };
-                let tangent = cross_vs(normal, 1.0);
-                let rta = cross(p.ra, tangent);
-                let rtb = cross(p.rb, tangent);
-                let kt = ma + mb + ia * rta * rta + ib * rtb * rtb;
-                p.tangent_mass = if kt > 0.0 { 1.0 / kt } else { 0.0 };
-                p.bias = 0.0;
-                let vrel = dot(normal, vb + cross_sv(wb, p.rb) - va - cross_sv(wa, p.ra));
-                if vrel < -VELOCITY_THRESHOLD {
-                    p.bias = -0.0 * vrel; // restitution 0
-                }
-            }
-            if vc.count == 2 {
-                let (p1, p2) = (&vc.points[0], &vc.points[1]);
-                let rn1a = cross(p1.ra, normal);
-                let rn1b = cross(p1.rb, normal);
-                let rn2a = cross(p2.ra, normal);
-                let rn2b = cross(p2.rb, normal);
-                let k11 = ma + mb + ia * rn1a * rn1a + ib * rn1b * rn1b;
-                let k22 = ma + mb + ia * rn2a * rn2a + ib * rn2b * rn2b;
-                let k12 = ma + mb + ia * rn1a * rn2a + ib * rn1b * rn2b;
-                let k_max_condition = 1000.0f32;
-                if k11 * k11 < k_max_condition * (k11 * k22 - k12 * k12) {
-                    vc.kmat = M22 { ex: v2(k11, k12), ey: v2(k12, k22) };
-                    vc.normal_mass = vc.kmat.inverse();
-                } else {
-                    vc.count = 1;
-                }
-            }
-        }
-        // WarmStart
-        if warm {
-            for vc in vcs.iter() {
-                let (ia_, ib_) = (STATIC, vc.b);
-                let (ma, mb, ia, ib) = (0.0f32, inv_mass[ib_], 0.0f32, inv_i[ib_]);
-                let (mut va, mut wa, mut vb, mut wb) = (vel_v[ia_], vel_w[ia_], vel_v[ib_], vel_w[ib_]);
-                let normal = vc.normal;
-                let tangent = cross_vs(normal, 1.0);
-                for j in 0..vc.count {
-                    let p = &vc.points[j];
-                    let pp = p.ni * normal + p.ti * tangent;
-                    wa -= ia * cross(p.ra, pp);
-                    va = va - ma * pp;
-                    wb += ib * cross(p.rb, pp);
-                    vb = vb + mb * pp;
-                }
-                vel_v[ia_] = va;
-                vel_w[ia_] = wa;
-                vel_v[ib_] = vb;
-                vel_w[ib_] = wb;
-            }
-        }
+        let mut cs = ContactSolver::new(&self.contacts, contacts, true, &sd);
+        cs.initialize_velocity_constraints(&self.contacts, &sd);
+        cs.warm_start(&mut sd);
         for &j in joints {
-            self.joint_init_velocity(j, &pos_a, &mut vel_v, &mut vel_w, &inv_mass, &inv_i, &local_center);
+            self.joint_init_velocity(j, &sd.pos_a, &mut sd.vel_v, &mut sd.vel_w, &sd.inv_mass, &sd.inv_i, &sd.local_center);
         }
         for _ in 0..VELOCITY_ITERATIONS {
             for &j in joints {
-                self.joint_solve_velocity(j, h, &mut vel_v, &mut vel_w);
+                self.joint_solve_velocity(j, h, &mut sd.vel_v, &mut sd.vel_w);
             }
-            // SolveVelocityConstraints
-            for vc in vcs.iter_mut() {
-                let (ia_, ib_) = (STATIC, vc.b);
-                let (ma, mb, ia, ib) = (0.0f32, inv_mass[ib_], 0.0f32, inv_i[ib_]);
-                let (mut va, mut wa, mut vb, mut wb) = (vel_v[ia_], vel_w[ia_], vel_v[ib_], vel_w[ib_]);
-                let normal = vc.normal;
-                let tangent = cross_vs(normal, 1.0);
-                let friction = vc.friction;
-                for j in 0..vc.count {
-                    let p = &mut vc.points[j];
-                    let dv = vb + cross_sv(wb, p.rb) - va - cross_sv(wa, p.ra);
-                    let vt = dot(dv, tangent) - 0.0;
-                    let mut lambda = p.tangent_mass * (-vt);
-                    let max_friction = friction * p.ni;
-                    let new_impulse = clampf(p.ti + lambda, -max_friction, max_friction);
-                    lambda = new_impulse - p.ti;
-                    p.ti = new_impulse;
-                    let pp = lambda * tangent;
-                    va = va - ma * pp;
-                    wa -= ia * cross(p.ra, pp);
-                    vb = vb + mb * pp;
-                    wb += ib * cross(p.rb, pp);
-                }
-                if vc.count == 1 {
-                    let p = &mut vc.points[0];
-                    let dv = vb + cross_sv(wb, p.rb) - va - cross_sv(wa, p.ra);
-                    let vn = dot(dv, normal);
-                    let mut lambda = -p.normal_mass * (vn - p.bias);
-                    let new_impulse = maxf(p.ni + lambda, 0.0);
-                    lambda = new_impulse - p.ni;
-                    p.ni = new_impulse;
-                    let pp = lambda * normal;
-                    va = va - ma * pp;
-                    wa -= ia * cross(p.ra, pp);
-                    vb = vb + mb * pp;
-                    wb += ib * cross(p.rb, pp);
-                } else {
-                    // the block solver (Box2D's "total enumeration" of the 2-point LCP)
-                    let a = v2(vc.points[0].ni, vc.points[1].ni);
-                    let (r1a, r1b, r2a, r2b) = (vc.points[0].ra, vc.points[0].rb, vc.points[1].ra, vc.points[1].rb);
-                    let dv1 = vb + cross_sv(wb, r1b) - va - cross_sv(wa, r1a);
-                    let dv2 = vb + cross_sv(wb, r2b) - va - cross_sv(wa, r2a);
-                    let vn1 = dot(dv1, normal);
-                    let vn2 = dot(dv2, normal);
-                    let mut b = v2(vn1 - vc.points[0].bias, vn2 - vc.points[1].bias);
-                    b = b - vc.kmat.mul(a);
-                    let mut solved: Option<V2> = None;
-                    let x = -vc.normal_mass.mul(b);
-                    if x.x >= 0.0 && x.y >= 0.0 {
-                        solved = Some(x);
-                    }
-                    if solved.is_none() {
-                        let x = v2(-vc.points[0].normal_mass * b.x, 0.0);
-                        let vn2 = vc.kmat.ex.y * x.x + b.y;
-                        if x.x >= 0.0 && vn2 >= 0.0 {
-                            solved = Some(x);
-                        }
-                    }
-                    if solved.is_none() {
-                        let x = v2(0.0, -vc.points[1].normal_mass * b.y);
-                        let vn1 = vc.kmat.ey.x * x.y + b.x;
-                        if x.y >= 0.0 && vn1 >= 0.0 {
-                            solved = Some(x);
-                        }
-                    }
-                    if solved.is_none() {
-                        let x = v2(0.0, 0.0);
-                        if b.x >= 0.0 && b.y >= 0.0 {
-                            solved = Some(x);
-                        }
-                    }
-                    if let Some(x) = solved {
-                        let d = x - a;
-                        let p1 = d.x * normal;
-                        let p2 = d.y * normal;
-                        va = va - ma * (p1 + p2);
-                        wa -= ia * (cross(r1a, p1) + cross(r2a, p2));
-                        vb = vb + mb * (p1 + p2);
-                        wb += ib * (cross(r1b, p1) + cross(r2b, p2));
-                        vc.points[0].ni = x.x;
-                        vc.points[1].ni = x.y;
-                    }
-                }
-                vel_v[ia_] = va;
-                vel_w[ia_] = wa;
-                vel_v[ib_] = vb;
-                vel_w[ib_] = wb;
-            }
+            cs.solve_velocity_constraints(&mut sd);
         }
-        // StoreImpulses
-        for vc in vcs.iter() {
-            let m = &mut self.contacts[vc.k].m;
-            for j in 0..vc.count {
-                m.pts[j].ni = vc.points[j].ni;
-                m.pts[j].ti = vc.points[j].ti;
-            }
-        }
-        // Integrate positions
-        for &b in island_bodies {
-            let mut c = pos_c[b];
-            let mut a = pos_a[b];
-            let mut v = vel_v[b];
-            let mut w = vel_w[b];
-            let translation = h * v;
-            if dot(translation, translation) > MAX_TRANSLATION * MAX_TRANSLATION {
-                let ratio = MAX_TRANSLATION / length(translation);
-                v = ratio * v;
-            }
-            let rotation = h * w;
-            if rotation * rotation > MAX_ROTATION * MAX_ROTATION {
-                let ratio = MAX_ROTATION / absf(rotation);
-                w *= ratio;
-            }
-            c = c + h * v;
-            a += h * w;
-            pos_c[b] = c;
-            pos_a[b] = a;
-            vel_v[b] = v;
-            vel_w[b] = w;
-        }
-        // Position constraints
+        cs.store_impulses(&mut self.contacts);
+        sd.integrate(h, island_bodies);
         let mut position_solved = false;
         for _ in 0..POSITION_ITERATIONS {
-            // b2ContactSolver::SolvePositionConstraints
-            let mut min_separation = 0.0f32;
-            for vc in vcs.iter() {
-                let pc = &self.contacts[vc.k].m;
-                let (ia_, ib_) = (STATIC, vc.b);
-                let (lca, lcb) = (local_center[ia_], local_center[ib_]);
-                let (ma, mb, ia, ib) = (0.0f32, inv_mass[ib_], 0.0f32, inv_i[ib_]);
-                let (mut ca, mut aa, mut cb, mut ab) = (pos_c[ia_], pos_a[ia_], pos_c[ib_], pos_a[ib_]);
-                for j in 0..pc.count {
-                    let qa = rot(aa);
-                    let qb = rot(ab);
-                    let xfa = Xf { q: qa, p: ca - mul_r(qa, lca) };
-                    let xfb = Xf { q: qb, p: cb - mul_r(qb, lcb) };
-                    let (normal, point, separation) = if pc.typ == 1 {
-                        let normal = mul_r(xfa.q, pc.ln);
-                        let plane = mul_x(xfa, pc.lp);
-                        let clip = mul_x(xfb, pc.pts[j].lp);
-                        (normal, clip, dot(clip - plane, normal) - radius - radius)
-                    } else {
-                        let normal = mul_r(xfb.q, pc.ln);
-                        let plane = mul_x(xfb, pc.lp);
-                        let clip = mul_x(xfa, pc.pts[j].lp);
-                        (-normal, clip, dot(clip - plane, normal) - radius - radius)
-                    };
-                    let ra = point - ca;
-                    let rb = point - cb;
-                    min_separation = minf(min_separation, separation);
-                    let cc = clampf(BAUMGARTE * (separation + LINEAR_SLOP), -MAX_LINEAR_CORRECTION, 0.0);
-                    let rna = cross(ra, normal);
-                    let rnb = cross(rb, normal);
-                    let k = ma + mb + ia * rna * rna + ib * rnb * rnb;
-                    let impulse = if k > 0.0 { -cc / k } else { 0.0 };
-                    let p = impulse * normal;
-                    ca = ca - ma * p;
-                    aa -= ia * cross(ra, p);
-                    cb = cb + mb * p;
-                    ab += ib * cross(rb, p);
-                }
-                pos_c[ia_] = ca;
-                pos_a[ia_] = aa;
-                pos_c[ib_] = cb;
-                pos_a[ib_] = ab;
-            }
-            let contacts_okay = min_separation >= -3.0 * LINEAR_SLOP;
+            let contacts_okay = cs.solve_position_constraints(&self.contacts, &mut sd, BAUMGARTE) >= -3.0 * LINEAR_SLOP;
             let mut joints_okay = true;
             for &j in joints {
-                let ok = self.joint_solve_position(j, &mut pos_c, &mut pos_a);
+                let ok = self.joint_solve_position(j, &mut sd.pos_c, &mut sd.pos_a);
                 joints_okay = joints_okay && ok;
             }
             if contacts_okay && joints_okay {
@@ -1448,10 +2006,10 @@ impl World {
         }
         for &b in island_bodies {
             let body = &mut self.bodies[b];
-            body.c = pos_c[b];
-            body.a = pos_a[b];
-            body.v = vel_v[b];
-            body.w = vel_w[b];
+            body.c = sd.pos_c[b];
+            body.a = sd.pos_a[b];
+            body.v = sd.vel_v[b];
+            body.w = sd.vel_w[b];
             body.sync_transform(sh.local_center[b]);
         }
         // Sleep
@@ -1473,6 +2031,159 @@ impl World {
                 self.bodies[b].set_awake(false);
             }
         }
+    }
+
+    /// b2World::SolveTOI: advance to the earliest time of impact of a walker body with the terrain,
+    /// solve that body's contacts there (b2Island::SolveTOI) and repeat until no impact is left.
+    fn solve_toi(&mut self, dt: f32) {
+        let sh = shapes();
+        let mut edge_alpha0 = vec![0.0f32; EDGES]; // a static sweep only ever changes alpha0
+        for b in self.bodies.iter_mut() {
+            b.alpha0 = 0.0;
+        }
+        for c in self.contacts.iter_mut() {
+            c.toi_flag = false;
+            c.island = false;
+            c.toi_count = 0;
+            c.toi = 1.0;
+        }
+        loop {
+            let mut min_k = usize::MAX;
+            let mut min_alpha = 1.0f32;
+            for k in 0..self.contacts.len() {
+                let c = self.contacts[k];
+                if !c.enabled || c.toi_count > MAX_SUB_STEPS {
+                    continue;
+                }
+                let alpha;
+                if c.toi_flag {
+                    alpha = c.toi;
+                } else {
+                    let b = c.body;
+                    if !self.bodies[b].awake {
+                        continue; // neither body active
+                    }
+                    let mut alpha0 = edge_alpha0[c.edge];
+                    if edge_alpha0[c.edge] < self.bodies[b].alpha0 {
+                        alpha0 = self.bodies[b].alpha0;
+                        edge_alpha0[c.edge] = alpha0;
+                    } else if self.bodies[b].alpha0 < edge_alpha0[c.edge] {
+                        alpha0 = edge_alpha0[c.edge];
+                        self.bodies[b].advance_sweep(alpha0);
+                    }
+                    let (v1, v2_) = self.edges[c.edge];
+                    let proxy_a = DistanceProxy::edge(v1, v2_);
+                    let proxy_b = DistanceProxy::poly(&sh.polys[b]);
+                    let sweep_a = Sweep { lc: V2::default(), c0: V2::default(), c: V2::default(), a0: 0.0, a: 0.0 };
+                    let body = &self.bodies[b];
+                    let sweep_b = Sweep { lc: sh.local_center[b], c0: body.c0, c: body.c, a0: body.a0, a: body.a };
+                    let (state, beta) = time_of_impact(&proxy_a, sweep_a, &proxy_b, sweep_b, 1.0);
+                    alpha = if state == TOI_TOUCHING { minf(alpha0 + (1.0 - alpha0) * beta, 1.0) } else { 1.0 };
+                    self.contacts[k].toi = alpha;
+                    self.contacts[k].toi_flag = true;
+                }
+                if alpha < min_alpha {
+                    min_k = k;
+                    min_alpha = alpha;
+                }
+            }
+            if min_k == usize::MAX || 1.0 - 10.0 * EPSILON < min_alpha {
+                break;
+            }
+            let (e, b) = (self.contacts[min_k].edge, self.contacts[min_k].body);
+            let backup_edge = edge_alpha0[e];
+            let backup_body = self.bodies[b];
+            edge_alpha0[e] = min_alpha; // b2Body::Advance of the static edge
+            self.bodies[b].advance(min_alpha, sh.local_center[b]);
+            self.update_contact(min_k);
+            self.contacts[min_k].toi_flag = false;
+            self.contacts[min_k].toi_count += 1;
+            if !self.contacts[min_k].enabled || !self.contacts[min_k].touching {
+                self.contacts[min_k].enabled = false;
+                edge_alpha0[e] = backup_edge;
+                self.restore_sweep(b, &backup_body);
+                continue;
+            }
+            self.bodies[b].set_awake(true);
+            let mut island = vec![min_k];
+            let mut edge_flag = vec![false; EDGES];
+            edge_flag[e] = true;
+            self.contacts[min_k].island = true;
+            for k in 0..self.contacts.len() {
+                if island.len() == MAX_TOI_CONTACTS {
+                    break;
+                }
+                let c = self.contacts[k];
+                if c.body != b || c.island {
+                    continue;
+                }
+                let other = c.edge; // static: always added
+                let backup = edge_alpha0[other];
+                if !edge_flag[other] {
+                    edge_alpha0[other] = min_alpha;
+                }
+                self.update_contact(k);
+                if !self.contacts[k].enabled || !self.contacts[k].touching {
+                    edge_alpha0[other] = backup;
+                    continue;
+                }
+                self.contacts[k].island = true;
+                island.push(k);
+                if edge_flag[other] {
+                    continue;
+                }
+                edge_flag[other] = true;
+            }
+            let sub_dt = (1.0 - min_alpha) * dt;
+            self.solve_toi_island(sub_dt, b, &island);
+            let moved = self.synchronize_fixtures(b);
+            for c in self.contacts.iter_mut() {
+                if c.body == b {
+                    c.toi_flag = false;
+                    c.island = false;
+                }
+            }
+            let moved: Vec<usize> = if moved { vec![b] } else { Vec::new() };
+            self.find_new_contacts(&moved);
+        }
+    }
+
+    fn restore_sweep(&mut self, b: usize, backup: &Body) {
+        let body = &mut self.bodies[b];
+        body.c0 = backup.c0;
+        body.a0 = backup.a0;
+        body.c = backup.c;
+        body.a = backup.a;
+        body.alpha0 = backup.alpha0;
+        body.sync_transform(shapes().local_center[b]);
+    }
+
+    /// b2Island::SolveTOI for walker body `b` and its terrain contacts: position correction first
+    /// (b2_toiBaugarte), then velocities without warm starting over the rest of the step.
+    fn solve_toi_island(&mut self, h: f32, b: usize, contacts: &[usize]) {
+        let sh = shapes();
+        let mut sd = SolverData::new();
+        let body = self.bodies[b];
+        sd.load(b, body.c, body.a, body.v, body.w);
+        let mut cs = ContactSolver::new(&self.contacts, contacts, false, &sd);
+        for _ in 0..TOI_POSITION_ITERATIONS {
+            if cs.solve_position_constraints(&self.contacts, &mut sd, TOI_BAUMGARTE) >= -1.5 * LINEAR_SLOP {
+                break;
+            }
+        }
+        self.bodies[b].c0 = sd.pos_c[b];
+        self.bodies[b].a0 = sd.pos_a[b];
+        cs.initialize_velocity_constraints(&self.contacts, &sd);
+        for _ in 0..VELOCITY_ITERATIONS {
+            cs.solve_velocity_constraints(&mut sd);
+        }
+        sd.integrate(h, &[b]);
+        let body = &mut self.bodies[b];
+        body.c = sd.pos_c[b];
+        body.a = sd.pos_a[b];
+        body.v = sd.vel_v[b];
+        body.w = sd.vel_w[b];
+        body.sync_transform(sh.local_center[b]);
     }
 
     fn joint_init_velocity(&mut self, j: usize, pos_a: &[f32], vel_v: &mut [V2], vel_w: &mut [f32], inv_mass: &[f32],
