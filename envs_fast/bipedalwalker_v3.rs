@@ -1440,10 +1440,11 @@ impl<'a> SeparationFunction<'a> {
     }
 }
 
-const TOI_OVERLAPPED: u8 = 1;
-const TOI_TOUCHING: u8 = 2;
-const TOI_SEPARATED: u8 = 3;
-const TOI_FAILED: u8 = 4;
+// b2TOIOutput::State
+const TOI_FAILED: u8 = 1;
+const TOI_OVERLAPPED: u8 = 2;
+const TOI_TOUCHING: u8 = 3;
+const TOI_SEPARATED: u8 = 4;
 
 /// b2TimeOfImpact: (state, t) for the sweeps over [0, t_max] (conservative advancement).
 fn time_of_impact(pa: &DistanceProxy, sweep_a: Sweep, pb: &DistanceProxy, sweep_b: Sweep, t_max: f32) -> (u8, f32) {
@@ -2584,16 +2585,18 @@ fn step_env(_rng: &mut Rng, state: &mut [f64], action: &[f64], obs: &mut [f32]) 
 // ---------------------------------------------------------------- component entry points (tests)
 
 /// The manifold of terrain segment (v1, v2) against body `kind` (0 hull, 1 upper leg, 2 lower leg)
-/// at (x, y, angle): out = [pointCount, type, nx, ny, px, py, p0x, p0y, p0id, p1x, p1y, p1id].
+/// at (x, y, angle): out = [pointCount, type, nx, ny, px, py, p0x, p0y, p0id, p1x, p1y, p1id]
+/// (float64 so that the feature ids stay exact).
 #[no_mangle]
-pub unsafe extern "C" fn autorl_bw_manifold(edge: *const f32, kind: usize, pose: *const f32, out: *mut f32) {
+pub unsafe extern "C" fn autorl_bw_manifold(edge: *const f32, kind: usize, pose: *const f32, out: *mut f64) {
     let e = std::slice::from_raw_parts(edge, 4);
     let pose = std::slice::from_raw_parts(pose, 3);
     let out = std::slice::from_raw_parts_mut(out, 12);
     let xf = Xf { p: v2(pose[0], pose[1]), q: rot(pose[2]) };
     let m = collide_edge_polygon(v2(e[0], e[1]), v2(e[2], e[3]), IDENTITY, &shapes().polys[kind.min(2)], xf);
-    let vals = [m.count as f32, m.typ as f32, m.ln.x, m.ln.y, m.lp.x, m.lp.y, m.pts[0].lp.x, m.pts[0].lp.y,
-                m.pts[0].key as f32, m.pts[1].lp.x, m.pts[1].lp.y, m.pts[1].key as f32];
+    let vals = [m.count as f64, m.typ as f64, m.ln.x as f64, m.ln.y as f64, m.lp.x as f64, m.lp.y as f64,
+                m.pts[0].lp.x as f64, m.pts[0].lp.y as f64, m.pts[0].key as f64, m.pts[1].lp.x as f64,
+                m.pts[1].lp.y as f64, m.pts[1].key as f64];
     out.copy_from_slice(&vals);
 }
 
@@ -2603,6 +2606,22 @@ pub unsafe extern "C" fn autorl_bw_raycast(state: *const f64, ray: *const f32) -
     let s = std::slice::from_raw_parts(state, STATE_SIZE);
     let r = std::slice::from_raw_parts(ray, 4);
     World::from_state(s).lidar(v2(r[0], r[1]), v2(r[2], r[3]))
+}
+
+/// b2TimeOfImpact of terrain segment edge = (v1, v2) (at rest) against body `kind` swept by
+/// sweep = [c0x, c0y, a0, cx, cy, a] (its local centre is the body's), t_max 1: out = [state, t].
+#[no_mangle]
+pub unsafe extern "C" fn autorl_bw_toi(edge: *const f32, kind: usize, sweep: *const f32, out: *mut f32) {
+    let e = std::slice::from_raw_parts(edge, 4);
+    let s = std::slice::from_raw_parts(sweep, 6);
+    let sh = shapes();
+    let k = kind.min(2);
+    let pa = DistanceProxy::edge(v2(e[0], e[1]), v2(e[2], e[3]));
+    let pb = DistanceProxy::poly(&sh.polys[k]);
+    let sa = Sweep { lc: V2::default(), c0: V2::default(), c: V2::default(), a0: 0.0, a: 0.0 };
+    let sb = Sweep { lc: sh.local_center[k], c0: v2(s[0], s[1]), a0: s[2], c: v2(s[3], s[4]), a: s[5] };
+    let (state, t) = time_of_impact(&pa, sa, &pb, sb, 1.0);
+    std::slice::from_raw_parts_mut(out, 2).copy_from_slice(&[state as f32, t]);
 }
 
 /// Mass data of body `kind` (0 hull, 1 upper leg, 2 lower leg): out = [invMass, invI, lcx, lcy].

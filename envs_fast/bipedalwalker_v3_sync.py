@@ -60,6 +60,11 @@ def _node_capacity(broad_phase) -> int:
     return capacity
 
 
+def _segment(edge_body) -> int:
+    """The terrain segment an edge body holds: its first vertex is at x = i * TERRAIN_STEP."""
+    return int(round(edge_body.fixtures[0].shape.vertices[0][0] / (14 / 30.0)))
+
+
 def _edge_index(u) -> dict:
     """terrain body -> the index of its segment (gymnasium creates segment i as the i-th edge body
     and then reverses self.terrain)."""
@@ -127,15 +132,13 @@ def state_from_reference(env):
         s[o:o + 4] = [force[0], force[1], joint.GetReactionTorque(1.0), joint.GetMotorTorque(1.0)]
     s[O_TERRAIN:O_TERRAIN + TERRAIN_LENGTH] = [float(y) for y in u.terrain_y]
     s[O_EDGE_PROXY:O_EDGE_PROXY + EDGES] = [float(p) for p in edge_ids]
-    order = _edge_index(u)
-    body_index = {id(b): i for i, b in enumerate(_bodies(u))}
     walker_bodies = _bodies(u)
     contacts = _contact_list(u)
     s[4] = float(len(contacts))
     for k, contact in enumerate(contacts[:MAX_CONTACTS]):
         o = O_CONTACT + k * CONTACT_FIELDS
         edge_body, body = contact.fixtureA.body, contact.fixtureB.body
-        edge = next(i for t, i in ((t, order[id(t)]) for t in u.terrain) if t == edge_body)
+        edge = _segment(edge_body)
         b = next(i for i, w in enumerate(walker_bodies) if w == body)
         m = contact.manifold
         s[o:o + 10] = [edge, b, 1.0 if contact.touching else 0.0, 1.0 if contact.enabled else 0.0, m.pointCount,
@@ -144,7 +147,6 @@ def state_from_reference(env):
             point = m.points[p]
             q = o + 10 + 5 * p
             s[q:q + 5] = [point.localPoint[0], point.localPoint[1], point.normalImpulse, point.tangentImpulse, point.id.key]
-    del body_index
     return [float(v) for v in s]
 
 
@@ -192,14 +194,13 @@ def state_to_reference(state, env) -> None:
     u.legs[3].ground_contact = bool(s[2])
     u.prev_shaping = None if math.isnan(s[3]) else s[3]
     # warm-start impulses of contacts that exist on both sides with the same points
-    order = _edge_index(u)
     walker_bodies = _bodies(u)
     wanted = {}
     for k in range(min(int(s[4]), MAX_CONTACTS)):
         o = O_CONTACT + k * CONTACT_FIELDS
         wanted[(int(s[o]), int(s[o + 1]))] = s[o:o + CONTACT_FIELDS]
     for contact in _contact_list(u):
-        edge = order[next(id(t) for t in u.terrain if t == contact.fixtureA.body)]
+        edge = _segment(contact.fixtureA.body)
         b = next(i for i, w in enumerate(walker_bodies) if w == contact.fixtureB.body)
         row = wanted.get((edge, b))
         m = contact.manifold

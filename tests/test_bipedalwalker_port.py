@@ -1,0 +1,302 @@
+"""The Rust port of BipedalWalker-v3 (envs_fast/bipedalwalker_v3.rs + _sync.py) against the real
+gymnasium env on pybox2d: Box2D's pieces one by one (mass data, edge-polygon manifolds, lidar ray
+casts, time of impact, a joints-only solve in the air), then whole steps from states synced off
+real rollouts (random actions and gymnasium's heuristic walker), the state round trip, and the
+port's own reset. Box2D computes in float32; the port repeats its operations in the same order, so
+the comparisons are exact wherever the state is synced exactly."""
+import ctypes
+import math
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("Box2D", reason="BipedalWalker's reference needs Box2D (gymnasium[box2d])")
+import Box2D  # noqa: E402
+from Box2D import b2  # noqa: E402
+from gymnasium.envs.box2d.bipedal_walker import (  # noqa: E402
+    HULL_POLY, LEG_H, LEG_W, SCALE, TERRAIN_STEP, BipedalWalkerHeuristics)
+from scipy import stats  # noqa: E402
+
+from envs_fast.rust_backend import load_rust  # noqa: E402
+from envs_fast.rust_build import rustc_available  # noqa: E402
+from envs_fast import bipedalwalker_v3_sync as sync  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
+
+ENV_ID = "BipedalWalker-v3"
+SOURCE = "envs_fast/bipedalwalker_v3.rs"
+F32P = ctypes.POINTER(ctypes.c_float)
+F64P = ctypes.POINTER(ctypes.c_double)
+# step matching: Box2D rounds in float32, the observation is float32; a synced step is exact here,
+# the allowance only absorbs a libm that rounds sinf/cosf differently
+OBS_TOLERANCE = 1e-5
+REWARD_TOLERANCE = 1e-4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def private_cache(tmp_path_factory):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path_factory.mktemp("cache")))
+        yield
+
+
+@pytest.fixture(scope="module")
+def port(private_cache):
+    backend = load_rust(SOURCE, ENV_ID)
+    lib = backend.library
+    lib.autorl_bw_manifold.argtypes = [F32P, ctypes.c_size_t, F32P, F64P]
+    lib.autorl_bw_raycast.argtypes = [F64P, F32P]
+    lib.autorl_bw_raycast.restype = ctypes.c_float
+    lib.autorl_bw_toi.argtypes = [F32P, ctypes.c_size_t, F32P, F32P]
+    lib.autorl_bw_mass.argtypes = [ctypes.c_size_t, F32P]
+    return backend
+
+
+def f32(values) -> np.ndarray:
+    return np.ascontiguousarray(np.asarray(values, dtype=np.float32))
+
+
+def ptr(array: np.ndarray, kind=F32P):
+    return array.ctypes.data_as(kind)
+
+
+def shapes():
+    """pybox2d's shapes of the scene, kinds as the port numbers them: hull, upper leg, lower leg."""
+    return [b2.polygonShape(vertices=[(x / SCALE, y / SCALE) for x, y in HULL_POLY]),
+            b2.polygonShape(box=(LEG_W / 2, LEG_H / 2)),
+            b2.polygonShape(box=(0.8 * LEG_W / 2, LEG_H / 2))]
+
+
+def transform(x: float, y: float, angle: float):
+    """A b2Transform (pybox2d leaves a new one uninitialised, like C++)."""
+    xf = b2.transform()
+    xf.position = (float(x), float(y))
+    xf.angle = float(angle)
+    return xf
+
+
+def port_step(port, state: list, action: np.ndarray):
+    array = np.array(state, dtype=np.float64)[None]
+    obs, new_state, reward, terminated = port.step(np.array([1]), port._batched_state(array),
+                                                   np.asarray(action, np.float64)[None])
+    return np.asarray(obs[0], np.float64), float(reward[0]), bool(terminated[0]), new_state
+
+
+# ---------------------------------------------------------------- components
+
+def test_mass_data_matches_pybox2d(port):
+    env = gym.make(ENV_ID)
+    env.reset(seed=0)
+    u = env.unwrapped
+    out = np.zeros(4, np.float32)
+    for kind, body in [(0, u.hull), (1, u.legs[0]), (2, u.legs[1])]:
+        port.library.autorl_bw_mass(kind, ptr(out))
+        assert out[0] == np.float32(1.0) / np.float32(body.mass)
+        # Box2D's I about the body origin is I_centre + m |c|^2; invI is 1 / I_centre
+        centre_inertia = np.float32(body.inertia) - np.float32(body.mass) * np.float32(np.dot(body.localCenter, body.localCenter))
+        assert out[1] == pytest.approx(1.0 / centre_inertia, rel=1e-6)
+        assert (out[2], out[3]) == tuple(f32(body.localCenter))
+
+
+def test_manifolds_match_pybox2d(port):
+    """b2CollideEdgeAndPolygon on random poses of each body shape around random terrain segments:
+    point count, type, normal, reference point, clip points and feature ids, bit for bit."""
+    rng = np.random.default_rng(0)
+    polys = shapes()
+    touching = 0
+    for trial in range(1500):
+        kind = trial % 3
+        x1, y1 = rng.uniform(0, 5), rng.uniform(3, 6)
+        v1, v2 = (x1, y1), (x1 + TERRAIN_STEP, y1 + rng.uniform(-0.3, 0.3))
+        mid = np.array([(v1[0] + v2[0]) / 2, (v1[1] + v2[1]) / 2])
+        pose = f32([mid[0] + rng.uniform(-0.8, 0.8), mid[1] + rng.uniform(-0.7, 0.7), rng.uniform(-math.pi, math.pi)])
+        edge = b2.edgeShape(vertices=[v1, v2])
+        manifold = Box2D.b2Manifold()
+        Box2D.b2CollideEdgeAndPolygon(manifold, edge, transform(0, 0, 0), polys[kind], transform(*pose))
+        out = np.zeros(12, np.float64)
+        port.library.autorl_bw_manifold(ptr(f32([*edge.vertices[0], *edge.vertices[1]])), kind, ptr(pose), ptr(out, F64P))
+        assert int(out[0]) == manifold.pointCount, (trial, pose)
+        if manifold.pointCount == 0:
+            continue
+        touching += 1
+        assert int(out[1]) == manifold.type_
+        assert tuple(f32(out[2:6])) == tuple(f32([*manifold.localNormal, *manifold.localPoint]))
+        for p in range(manifold.pointCount):
+            point = manifold.points[p]
+            assert tuple(f32(out[6 + 3 * p:8 + 3 * p])) == tuple(f32(point.localPoint)), (trial, p)
+            assert int(out[8 + 3 * p]) == point.id.key
+    assert touching > 300  # the poses do exercise contact
+
+
+def rollout_states(env, steps: int, seed: int, policy: str = "random"):
+    """(state, action, the reference's (obs, reward, terminated)) along a real rollout."""
+    rng = np.random.default_rng(seed)
+    heuristic = BipedalWalkerHeuristics()
+    obs, _ = env.reset(seed=seed)
+    for _ in range(steps):
+        if policy == "random":
+            action = rng.uniform(-1, 1, 4).astype(np.float32)
+        else:
+            action = np.asarray(heuristic.step_heuristic(obs), dtype=np.float32)
+        state = sync.state_from_reference(env)
+        obs, reward, terminated, truncated, _ = env.step(action)
+        yield state, action, (np.asarray(obs, np.float64), float(reward), terminated)
+        if terminated or truncated:
+            obs, _ = env.reset()
+
+
+class NearestTerrain(Box2D.b2.rayCastCallback):
+    """gymnasium's LidarCallback: terrain only (category bit 1), every hit clips the ray."""
+
+    def ReportFixture(self, fixture, point, normal, fraction):
+        if (fixture.filterData.categoryBits & 1) == 0:
+            return -1
+        self.fraction = fraction
+        return fraction
+
+
+def test_lidar_matches_world_raycast(port):
+    env = gym.make(ENV_ID)
+    rng = np.random.default_rng(1)
+    checked = hits = 0
+    for state, _, _ in rollout_states(env, 120, seed=4):
+        u = env.unwrapped
+        array = np.array(state, dtype=np.float64)
+        for _ in range(3):
+            p1 = f32(u.hull.position) + f32(rng.normal(0, 0.3, 2))
+            angle = rng.uniform(0, 2 * math.pi)
+            p2 = p1 + f32([math.sin(angle) * 5.3, -abs(math.cos(angle)) * 5.3])
+            callback = NearestTerrain()
+            callback.fraction = 1.0
+            u.world.RayCast(callback, tuple(map(float, p1)), tuple(map(float, p2)))
+            fraction = port.library.autorl_bw_raycast(ptr(array, F64P), ptr(f32([*p1, *p2])))
+            assert np.float32(fraction) == np.float32(callback.fraction)
+            checked += 1
+            hits += callback.fraction < 1.0
+    assert checked == 360 and hits > 100
+
+
+def test_time_of_impact_matches_pybox2d(port):
+    """b2TimeOfImpact of each body shape swept towards (and across) a terrain segment."""
+    rng = np.random.default_rng(2)
+    polys = shapes()
+    states = set()
+    for trial in range(600):
+        kind = trial % 3
+        body = polys[kind]
+        x1, y1 = rng.uniform(0, 5), rng.uniform(3, 6)
+        v1, v2 = (x1, y1), (x1 + TERRAIN_STEP, y1 + rng.uniform(-0.3, 0.3))
+        edge = b2.edgeShape(vertices=[v1, v2])
+        c0 = f32([x1 + rng.uniform(-0.2, 0.7), y1 + rng.uniform(0.4, 1.2)])
+        c = c0 + f32([rng.uniform(-0.3, 0.3), -rng.uniform(0.0, 1.5)])
+        a0 = np.float32(rng.uniform(-1, 1))
+        a = np.float32(a0 + rng.uniform(-0.5, 0.5))
+        port_centre = np.zeros(4, np.float32)
+        port.library.autorl_bw_mass(kind, ptr(port_centre))
+        centre = (float(port_centre[2]), float(port_centre[3]))
+        sweep_b = Box2D.b2Sweep(localCenter=centre, c0=tuple(map(float, c0)), c=tuple(map(float, c)),
+                                a0=float(a0), a=float(a), alpha0=0.0)
+        sweep_a = Box2D.b2Sweep(localCenter=(0, 0), c0=(0, 0), c=(0, 0), a0=0.0, a=0.0, alpha0=0.0)
+        state, t = Box2D.b2TimeOfImpact(shapeA=edge, shapeB=body, sweepA=sweep_a, sweepB=sweep_b, tMax=1.0)
+        out = np.zeros(2, np.float32)
+        port.library.autorl_bw_toi(ptr(f32([*edge.vertices[0], *edge.vertices[1]])), kind,
+                                   ptr(f32([*c0, a0, *c, a])), ptr(out))
+        assert (int(out[0]), out[1]) == (state, np.float32(t)), trial
+        states.add(state)
+    assert {3, 4} <= states  # touching and separated both occur
+
+
+def lifted(state: list, dy: float) -> list:
+    state = list(state)
+    for b in range(5):
+        state[sync.O_BODY + b * sync.BODY_FIELDS + 1] += dy
+    return state
+
+
+def test_joint_solve_in_the_air_matches(port):
+    """With the walker lifted clear of the ground, a step is gravity plus the 4 revolute joints
+    (motors, limits, warm starting): written to the reference, read back, stepped on both sides."""
+    env = gym.make(ENV_ID)
+    env.reset(seed=5)
+    rng = np.random.default_rng(5)
+    sync.state_to_reference(lifted(sync.state_from_reference(env), 4.0), env)
+    for t in range(25):
+        action = rng.uniform(-1, 1, 4).astype(np.float32)
+        state = sync.state_from_reference(env)
+        obs, reward, terminated, _ = port_step(port, state, action)
+        ref_obs, ref_reward, ref_terminated, _, _ = env.step(action)
+        if t > 0:  # from the second step on, no contact is left to touch
+            assert not any(c.touching for c in env.unwrapped.world.contacts)
+        np.testing.assert_allclose(obs, ref_obs, rtol=0, atol=OBS_TOLERANCE)
+        assert reward == pytest.approx(ref_reward, abs=REWARD_TOLERANCE)
+        assert terminated == ref_terminated
+
+
+@pytest.mark.parametrize("policy, seed, steps", [("random", 7, 700), ("heuristic", 8, 700)])
+def test_synced_steps_match_gymnasium(port, policy, seed, steps):
+    """One step of the port from the state synced off each state of a real rollout (resets included,
+    so proxy ids come from a reused world) equals gymnasium's step: observation, reward, termination."""
+    env = gym.make(ENV_ID)
+    worst = exact = 0
+    contacts_seen = 0
+    for state, action, (ref_obs, ref_reward, ref_terminated) in rollout_states(env, steps, seed, policy):
+        obs, reward, terminated, _ = port_step(port, state, action)
+        deviation = float(np.max(np.abs(obs - ref_obs)))
+        worst = max(worst, deviation)
+        exact += deviation == 0 and reward == ref_reward
+        contacts_seen += state[4] > 0
+        assert deviation <= OBS_TOLERANCE, (policy, deviation)
+        assert reward == pytest.approx(ref_reward, abs=REWARD_TOLERANCE)
+        assert terminated == ref_terminated
+    assert contacts_seen > steps // 2
+    print(f"{policy}: {exact}/{steps} steps bit-exact, max observation deviation {worst:.3g}")
+
+
+def test_rust_reset_round_trips_into_the_reference(port):
+    """A state of the port's own reset (its terrain, its proxy ids) written into a reference env:
+    the terrain is rebuilt, the bodies land where the state says, and the synced steps match."""
+    obs, state = port.reset(np.array([11]))
+    rust_state = [float(np.asarray(v)[0]) for v in state]
+    env = gym.make(ENV_ID)
+    env.reset(seed=0)
+    sync.state_to_reference(rust_state, env)
+    read = sync.state_from_reference(env)
+    terrain = slice(sync.O_TERRAIN, sync.O_TERRAIN + sync.TERRAIN_LENGTH)
+    assert read[terrain] == rust_state[terrain]
+    for b in range(5):
+        o = sync.O_BODY + b * sync.BODY_FIELDS
+        np.testing.assert_allclose(read[o:o + 6], rust_state[o:o + 6], rtol=0, atol=1e-6)
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        action = rng.uniform(-1, 1, 4).astype(np.float32)
+        state = sync.state_from_reference(env)
+        obs, reward, terminated, _ = port_step(port, state, action)
+        ref_obs, ref_reward, ref_terminated, _, _ = env.step(action)
+        np.testing.assert_allclose(obs, ref_obs, rtol=0, atol=OBS_TOLERANCE)
+        assert terminated == ref_terminated
+        if terminated:
+            break
+
+
+def test_port_reset_and_rollout_are_sane(port):
+    """The port's reset draws its own terrain (not numpy's stream): its first observations follow
+    the reference's distribution (KS per varying component), and its rollouts stay in the space."""
+    n = 150
+    port_obs, _ = port.reset(np.arange(n))
+    env = gym.make(ENV_ID)
+    ref_obs = np.array([env.reset(seed=int(s))[0] for s in range(1000, 1000 + n)])
+    space = env.observation_space
+    for i in range(24):
+        a, b = np.asarray(port_obs)[:, i], ref_obs[:, i]
+        if np.ptp(b) > 1e-6:
+            assert stats.ks_2samp(a, b).pvalue > 1e-3 / 24, i
+    obs, state = port.reset(np.arange(8))
+    rng = np.random.default_rng(0)
+    actions = rng.uniform(-1, 1, (8, 200, 4))
+    observations, rewards, terminated = port.rollout(np.arange(8), state, actions)
+    assert np.all(np.isfinite(rewards))
+    inside = (observations >= space.low - 1e-6) & (observations <= space.high + 1e-6)
+    assert inside[..., 14:].all()  # lidar fractions
+    again = port.rollout(np.arange(8), state, actions)
+    np.testing.assert_array_equal(again[0], observations)
