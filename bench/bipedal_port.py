@@ -1,0 +1,71 @@
+"""Raw steps/s of the Rust BipedalWalker-v3 port side by side with one gymnasium env and envpool,
+measured in interleaved rounds (envs_fast.throughput.measure) so every figure sees the same load.
+
+    .venv/bin/python bench/bipedal_port.py [--seconds 8] [--envs 1,16,64] [--envpool-envs 16]
+
+Rows: `port@N` (autorl_step over N envs, random actions drawn beforehand, finished envs reset
+through the resets array, no time limit), `gymnasium` (one reference env, env.step with random
+actions, reset on episode end), `envpool@N` (its BipedalWalker-v3, Box2D 2.4.1, synchronous
+vector env, if installed). Prints one line per row and a JSON line with all figures and ratios.
+"""
+import argparse
+import json
+import sys
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from envs_fast.throughput import Runner, measure, reference_runner, rust_runner  # noqa: E402
+
+ENV_ID = "BipedalWalker-v3"
+SOURCE = Path(__file__).resolve().parent.parent / "envs_fast" / "bipedalwalker_v3.rs"
+
+
+def envpool_runner(num_envs: int, seed: int = 0, chunk: int = 16) -> Runner | None:
+    try:
+        import envpool
+    except ImportError:
+        return None
+    import numpy as np
+
+    env = envpool.make_gymnasium(ENV_ID, num_envs=num_envs, seed=seed)
+    env.reset()
+    rng = np.random.default_rng(seed)
+    actions = [rng.uniform(-1, 1, (num_envs, 4)).astype(np.float32) for _ in range(8)]
+
+    def run_once():
+        for k in range(chunk):
+            env.step(actions[k % 8])
+        return chunk * num_envs
+
+    run_once()
+    return Runner(run_once, env.close)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=8.0, help="per row, over all rounds")
+    parser.add_argument("--envs", default="1,16,64", help="port batch sizes")
+    parser.add_argument("--envpool-envs", type=int, default=16)
+    args = parser.parse_args()
+    warnings.filterwarnings("ignore")
+    runners = {f"port@{n}": rust_runner(str(SOURCE), ENV_ID, int(n), chunk=4 if int(n) > 16 else 16)
+               for n in args.envs.split(",")}
+    runners["gymnasium"] = reference_runner(ENV_ID)
+    pool = envpool_runner(args.envpool_envs)
+    if pool is not None:
+        runners[f"envpool@{args.envpool_envs}"] = pool
+    sps = measure(runners, args.seconds)
+    reference = sps["gymnasium"]
+    for name, value in sps.items():
+        print(f"{name:>12}: {value:10.0f} steps/s  ({value / reference:5.2f}x one gymnasium env)")
+    result = {"sps": sps, "ratio_to_gymnasium": {k: v / reference for k, v in sps.items()}}
+    if pool is not None:
+        result["ratio_to_envpool"] = {k: v / sps[f"envpool@{args.envpool_envs}"] for k, v in sps.items()}
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
