@@ -1628,10 +1628,9 @@ struct World {
     bodies: [Body; NB],
     joints: [Joint; 4],
     contacts: Vec<Contact>, // b2World's contact list, head first
-    edges: Vec<(V2, V2)>,
-    edge_fat: Vec<[f32; 4]>,
-    edge_proxy: Vec<i64>,
-    terrain_y: Vec<f64>,
+    ys: [f32; TERRAIN_LENGTH], // the terrain heights as the edges hold them (float32)
+    edge_proxy: [i64; EDGES],
+    terrain_y: Option<Vec<f64>>, // the heights to write out (a reset); a step leaves them in place
     game_over: bool,
     ground: [bool; 2], // legs[1], legs[3]
     prev_shaping: f64,
@@ -1687,9 +1686,10 @@ impl World {
             // (InitVelocityConstraints zeroes impulse.z otherwise), and a nonzero impulse.z says which.
             joint.limit_state = if joint.impulse.z > 0.0 { 1 } else if joint.impulse.z < 0.0 { 2 } else { 0 };
         }
-        let terrain_y: Vec<f64> = s[O_TERRAIN..O_TERRAIN + TERRAIN_LENGTH].to_vec();
-        let mut world = World::with_terrain(bodies, joints, terrain_y);
-        world.edge_proxy = s[O_EDGE_PROXY..O_EDGE_PROXY + EDGES].iter().map(|&v| v as i64).collect();
+        let mut world = World::with_terrain(bodies, joints, &s[O_TERRAIN..O_TERRAIN + TERRAIN_LENGTH]);
+        for (p, v) in world.edge_proxy.iter_mut().zip(&s[O_EDGE_PROXY..O_EDGE_PROXY + EDGES]) {
+            *p = *v as i64;
+        }
         world.game_over = s[0] != 0.0;
         world.ground = [s[1] != 0.0, s[2] != 0.0];
         world.prev_shaping = s[3];
@@ -1708,13 +1708,33 @@ impl World {
         world
     }
 
-    fn with_terrain(bodies: [Body; NB], joints: [Joint; 4], terrain_y: Vec<f64>) -> World {
-        let edges: Vec<(V2, V2)> = (0..EDGES)
-            .map(|i| (v2(terrain_x(i), terrain_y[i] as f32), v2(terrain_x(i + 1), terrain_y[i + 1] as f32)))
-            .collect();
-        let edge_fat = edges.iter().map(|&(a, b)| edge_fat_aabb(a, b)).collect();
-        World { bodies, joints, contacts: Vec::new(), edges, edge_fat, edge_proxy: vec![0; EDGES], terrain_y,
+    fn with_terrain(bodies: [Body; NB], joints: [Joint; 4], terrain_y: &[f64]) -> World {
+        let mut ys = [0.0f32; TERRAIN_LENGTH];
+        for (y, t) in ys.iter_mut().zip(terrain_y) {
+            *y = *t as f32;
+        }
+        World { bodies, joints, contacts: Vec::with_capacity(MAX_CONTACTS), ys, edge_proxy: [0; EDGES], terrain_y: None,
                 game_over: false, ground: [false; 2], prev_shaping: 0.0 }
+    }
+
+    /// Terrain segment i as its b2EdgeShape holds it.
+    fn edge(&self, i: usize) -> (V2, V2) {
+        (v2(terrain_x(i), self.ys[i]), v2(terrain_x(i + 1), self.ys[i + 1]))
+    }
+
+    fn edge_fat(&self, i: usize) -> [f32; 4] {
+        let (a, b) = self.edge(i);
+        edge_fat_aabb(a, b)
+    }
+
+    /// The segments whose fat AABB can reach x in [lo, hi] (a superset: callers test the AABBs).
+    fn edge_range(lo: f32, hi: f32) -> std::ops::Range<usize> {
+        let step = TERRAIN_STEP as f32;
+        let first = ((lo - 1.0) / step).floor();
+        let last = ((hi + 1.0) / step).ceil() + 1.0;
+        let clamp = |v: f32| if v.is_nan() { 0.0 } else { v.max(0.0).min(EDGES as f32) };
+        let (first, last) = (clamp(first) as usize, clamp(last) as usize);
+        if lo.is_nan() || hi.is_nan() { 0..EDGES } else { first..last.max(first) }
     }
 
     fn to_state(&self, s: &mut [f64]) {
@@ -1738,9 +1758,11 @@ impl World {
             s[o + 2] = joint.impulse.z as f64;
             s[o + 3] = joint.motor_impulse as f64;
         }
-        s[O_TERRAIN..O_TERRAIN + TERRAIN_LENGTH].copy_from_slice(&self.terrain_y);
-        for (i, p) in self.edge_proxy.iter().enumerate() {
-            s[O_EDGE_PROXY + i] = *p as f64;
+        if let Some(terrain_y) = &self.terrain_y {
+            s[O_TERRAIN..O_TERRAIN + TERRAIN_LENGTH].copy_from_slice(terrain_y);
+            for (i, p) in self.edge_proxy.iter().enumerate() {
+                s[O_EDGE_PROXY + i] = *p as f64;
+            }
         }
         // A scene that outgrows the slots keeps the first MAX_CONTACTS (the count says how many exist).
         s[4] = self.contacts.len() as f64;
@@ -1790,7 +1812,7 @@ impl World {
         let c = self.contacts[k];
         let old = c.m;
         let was_touching = c.touching;
-        let (v1, v2_) = self.edges[c.edge];
+        let (v1, v2_) = self.edge(c.edge);
         let mut m = collide_edge_polygon(v1, v2_, IDENTITY, &sh.polys[c.body], self.bodies[c.body].xf);
         let touching = m.count > 0;
         for i in 0..m.count {
@@ -1828,7 +1850,7 @@ impl World {
                 k += 1;
                 continue;
             }
-            if !aabb_overlap(&self.edge_fat[c.edge], &self.bodies[c.body].fat) {
+            if !aabb_overlap(&self.edge_fat(c.edge), &self.bodies[c.body].fat) {
                 // b2ContactManager::Destroy then b2Contact::Destroy
                 if c.touching {
                     self.end_contact(c.body);
@@ -1881,8 +1903,8 @@ impl World {
         let mut pairs: Vec<(i64, i64, usize, usize)> = Vec::new();
         for &b in moved {
             let fat = self.bodies[b].fat;
-            for e in 0..EDGES {
-                if aabb_overlap(&fat, &self.edge_fat[e]) {
+            for e in World::edge_range(fat[0], fat[2]) {
+                if aabb_overlap(&fat, &self.edge_fat(e)) {
                     let (p, q) = (self.bodies[b].proxy, self.edge_proxy[e]);
                     pairs.push((p.min(q), p.max(q), e, b));
                 }
@@ -2072,7 +2094,7 @@ impl World {
                         alpha0 = edge_alpha0[c.edge];
                         self.bodies[b].advance_sweep(alpha0);
                     }
-                    let (v1, v2_) = self.edges[c.edge];
+                    let (v1, v2_) = self.edge(c.edge);
                     let proxy_a = DistanceProxy::edge(v1, v2_);
                     let proxy_b = DistanceProxy::poly(&sh.polys[b]);
                     let sweep_a = Sweep { lc: V2::default(), c0: V2::default(), c: V2::default(), a0: 0.0, a: 0.0 };
@@ -2382,11 +2404,11 @@ impl World {
         let lo = v2(minf(p1.x, p2.x), minf(p1.y, p2.y));
         let hi = v2(maxf(p1.x, p2.x), maxf(p1.y, p2.y));
         let seg = [lo.x, lo.y, hi.x, hi.y];
-        for e in 0..EDGES {
-            if !aabb_overlap(&seg, &self.edge_fat[e]) {
+        for e in World::edge_range(lo.x, hi.x) {
+            if !aabb_overlap(&seg, &self.edge_fat(e)) {
                 continue;
             }
-            let (v1, v2_) = self.edges[e];
+            let (v1, v2_) = self.edge(e);
             if let Some(t) = edge_raycast(v1, v2_, p1, p2, max_fraction) {
                 fraction = t;
                 max_fraction = t;
@@ -2565,8 +2587,11 @@ fn reset_env(rng: &mut Rng, state: &mut [f64], obs: &mut [f32]) {
     for (j, joint) in joints.iter_mut().enumerate() {
         *joint = joint_def(j, &bodies);
     }
-    let mut world = World::with_terrain(bodies, joints, terrain_y);
-    world.edge_proxy = (0..EDGES).map(|e| if e == 0 { 0 } else { 2 * e as i64 - 1 }).collect();
+    let mut world = World::with_terrain(bodies, joints, &terrain_y);
+    world.terrain_y = Some(terrain_y);
+    for (e, p) in world.edge_proxy.iter_mut().enumerate() {
+        *p = if e == 0 { 0 } else { 2 * e as i64 - 1 };
+    }
     // the first Step's FindNewContacts (e_newFixture): every proxy is in the move buffer
     world.find_new_contacts(&[0, 1, 2, 3, 4]);
     let force = rng.uniform(-INITIAL_RANDOM, INITIAL_RANDOM) as f32;
