@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -26,7 +27,7 @@ from .report import refresh as refresh_report
 from .inflight import InFlight, recorded
 from .keep_rule import Noise, best_evidence, night_noise, write_decision
 from .phases import (PHASES, Confirm, Incumbent, Phase, RepairRound, TrainPhase, TranslatePhase, TranslateTrial,
-                     Verdict, Verify, judge, translate_languages)
+                     Verdict, Verify, concluding_order, decision_record, incumbent_of, judge, translate_languages)
 from .ledger import Ledger
 from .results import ResultsFile, Row, RunFolder, read_json
 from .runners import Runner, Slot, cancel_handle
@@ -78,8 +79,8 @@ class Run:
         return night_noise(self.ledger.rows, self.folder, self.config.train_seeds, self.config.confirm_seed)
 
     def incumbent(self) -> Incumbent:
-        return Incumbent(self.best_score, self.best_commit, self.noise_estimate(), (self.config.train_seeds[0],
-                         self.config.confirm_seed), *best_evidence(self.ledger.rows, self.folder))
+        return incumbent_of(self.ledger.rows, self.folder, self.best_score, self.best_commit,
+                            self.config.train_seeds, self.config.confirm_seed)
 
     def total_cost(self) -> float:
         return self.ledger.cost() + self.turns.pending_cost
@@ -130,6 +131,8 @@ class Run:
                 commit = self.workspace.head()  # died between committing and recording the commit
             if commit and commit != self.best_commit:
                 self.workspace.keep_ref(exp, commit)
+            if str(record.get("stage", "")).startswith("confirm"):
+                self._spent_in_confirmation(exp, record["stage"])
             self.append(Row(exp=exp, phase=record.get("phase", "train"), status="interrupted",
                             commit=self.workspace.short(commit) if commit else "", best=self.best_score,
                             cost_usd=self.turns.pending_cost,
@@ -144,6 +147,18 @@ class Run:
         if last is not None:
             failure = self.folder.exp(last.exp).failure
             self.turns.last_failure = failure.read_text() if failure.exists() else None
+
+    def _spent_in_confirmation(self, exp: int, stage: str) -> None:
+        """A candidate the daemon died confirming had got past its first look: it spent its share of
+        the stretch's level, which decision.json records for best_evidence (its looks were in memory)."""
+        decision = self.folder.exp(exp).decision
+        if read_json(decision).get("looks"):
+            return
+        _, entered, stretch = best_evidence(self.ledger.rows, self.folder)
+        decision.parent.mkdir(parents=True, exist_ok=True)
+        write_decision(decision, {"exp": exp, "stretch": stretch, "alpha": None, "entered_since_keep": entered,
+                                  "looks": [{"action": "confirm", "note": f"the daemon died during {stage}"}],
+                                  "status": "interrupted"})
 
     # ------------------------------------------------------------ baseline
     def run_baseline(self) -> bool:
@@ -272,14 +287,10 @@ class Run:
             self._check_run_files(ready)
             for c, v in zip(ready, verdicts):  # the keep rule's evidence, with the status the row gets
                 if v.decision:
-                    write_decision(c.folder.decision, {**v.decision, "status": c.verdict.status,
-                                                       "note": c.verdict.note})
-        for c in candidates:  # keep first: the others' rows then show the new best
-            if c.verdict.status == "keep":
-                self._conclude(c, phase)
-        for c in candidates:
-            if c.verdict.status != "keep":
-                self._conclude(c, phase)
+                    write_decision(c.folder.decision, decision_record(replace(v, status=c.verdict.status,
+                                                                              note=c.verdict.note)))
+        for i in concluding_order([c.verdict for c in candidates]):
+            self._conclude(candidates[i], phase)
 
     def _screen(self, ready: list[Candidate], seed: int) -> list[Candidate]:
         """--screen: the candidates that screen below the best get their verdict; returns the others."""

@@ -25,8 +25,8 @@ from envs_fast.protocol import sync_companion, translation_path
 
 from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log
-from .keep_rule import (FUTILITY_T, LOOK_SHARES, Noise, ScoredRun, candidate_alpha, confirmation_seed,
-                        got_past_first_look, look)
+from .keep_rule import (FUTILITY_T, LOOK_SHARES, PRIOR_SD_RATIO, Noise, ScoredRun, best_evidence, candidate_alpha,
+                        confirmation_seed, got_past_first_look, look, night_noise)
 from .results import RunFolder, Row, read_json
 from .runners.base import Measurement, Slot
 from .workspace import compile_errors, disallowed
@@ -41,6 +41,25 @@ class Incumbent:
     seeds: tuple[int, int] = (1, 2)       # a candidate's train seed and its first confirmation seed
     runs: int = 0                         # how many runs `score` is the mean of (0: as if exact)
     entered: int = 0                      # candidates since the last keep that got past their first look
+    stretch: int = 0                      # the exp of the train keep that began the stretch (0: the start)
+
+
+def incumbent_of(rows: list[Row], folder: RunFolder, score: Optional[float], commit: str, train_seeds: list[int],
+                 confirm_seed: int) -> Incumbent:
+    """The best as results.tsv and the exp folders say it is (the loop's, a resumed loop's and the
+    keep rule's simulation's alike): its score, its runs, the night's noise and the stretch's spending."""
+    return Incumbent(score, commit, night_noise(rows, folder, train_seeds, confirm_seed),
+                     (train_seeds[0], confirm_seed), *best_evidence(rows, folder))
+
+
+def concluding_order(verdicts: list["Verdict"]) -> list[int]:
+    """The order a round's rows are written in: the keep first, so the others' rows show the new best."""
+    return sorted(range(len(verdicts)), key=lambda i: verdicts[i].status != "keep")
+
+
+def decision_record(verdict: "Verdict") -> dict:
+    """decision.json of a judged train candidate: the keep rule's evidence with the row's status."""
+    return {**verdict.decision, "status": verdict.status, "note": verdict.note}
 
 
 @dataclass
@@ -157,7 +176,9 @@ class TrainPhase(Phase):
             m = measured[i]
             first = ScoredRun(f"exp {exps[i]}", incumbent.seeds[0], m.score, _se(m), f"exp {exps[i]}")
             record = {"exp": exps[i], "best": best, "best_runs": incumbent.runs, "incumbent": incumbent.commit,
-                      "rule": {"look_shares": list(LOOK_SHARES), "futility_t": list(FUTILITY_T)}, "looks": []}
+                      "stretch": incumbent.stretch,
+                      "rule": {"look_shares": list(LOOK_SHARES), "futility_t": list(FUTILITY_T),
+                               "prior_sd_ratio": PRIOR_SD_RATIO, "welch": True}, "looks": []}
             if kept is not None:
                 verdicts[i] = verdict_of(m, "discard", f"exp {exps[kept]} of the same round was kept "
                                                        f"({verdicts[kept].score:.3f})")
@@ -179,9 +200,11 @@ class TrainPhase(Phase):
         with its runs."""
         runs, measurements = [run], [first]
         while True:
-            after = noise.including(runs, [run.se])
-            decision = look([r.score for r in runs], incumbent.score, after, incumbent.runs, record["alpha"])
-            record["looks"].append({"runs": [asdict(r) for r in runs], "noise": after.evidence(),
+            # the night's noise without this candidate's runs (look() weighs their own spread), its
+            # floor over their evaluation standard errors too
+            night = noise.including(extra_se=[r.se for r in runs])
+            decision = look([r.score for r in runs], incumbent.score, night, incumbent.runs, record["alpha"])
+            record["looks"].append({"runs": [asdict(r) for r in runs], "noise": night.evidence(),
                                     **decision.evidence()})
             if decision.action != "confirm":
                 break

@@ -86,13 +86,17 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
     lucky_decision = json.loads((run_dir / "exp-0001" / "decision.json").read_text())
     assert lucky_decision["status"] == "discard"
     assert [look["action"] for look in lucky_decision["looks"]] == ["confirm", "discard"]
-    assert [look["noise"]["df"] for look in lucky_decision["looks"]] == [1, 2]
+    # each look weighs the night's noise (without the candidate's runs: 1 df from the baselines) and,
+    # once it has two runs, the candidate's own spread: here larger than the night's
+    assert [look["noise"]["df"] for look in lucky_decision["looks"]] == [1, 1]
+    lucky_pair = [run["score"] for run in lucky_decision["looks"][-1]["runs"]]
+    assert lucky_decision["looks"][-1]["candidate_sd"] == pytest.approx(abs(lucky_pair[0] - lucky_pair[1]) / math.sqrt(2))
     decision = json.loads((run_dir / "exp-0002" / "decision.json").read_text())
     looks = decision["looks"]
     assert decision["status"] == "keep" and looks[-1]["action"] == "keep"
     assert all(look["action"] == "confirm" for look in looks[:-1]) and len(looks) >= 2
-    n = len(looks)  # runs it took: each confirmation adds one df to the estimate
-    assert [look["noise"]["df"] for look in looks] == [2 + k for k in range(n)]
+    n = len(looks)  # runs it took; the night's estimate it is judged against holds the lucky pair too
+    assert [look["noise"]["df"] for look in looks] == [2] * n
     assert f"confirmed over {n} seeds" in real["description"]
     assert real["score"] == 500.0 and real["best"] == real["score"]
     assert (run_dir / "exp-0002" / "confirm" / "train.log").exists()
@@ -100,8 +104,8 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
         ["confirm"] + [f"confirm-{k}" for k in range(2, n)]
     groups = looks[-1]["noise"]["groups"]
     assert [[run["label"] for run in group] for group in groups] == [
-        ["exp 0 run 1", "exp 0 run 2"], ["exp 1", "exp 1 confirm 1"],
-        ["exp 2"] + [f"exp 2 confirm {k}" for k in range(1, n)]]
+        ["exp 0 run 1", "exp 0 run 2"], ["exp 1", "exp 1 confirm 1"]]
+    assert looks[-1]["candidate_sd"] == pytest.approx(looks[-1]["noise"]["sigma"])  # 500 every time: the night's
     assert [run["seed"] for run in looks[-1]["runs"]] == list(range(1, n + 1))
     assert [run["score"] for run in looks[-1]["runs"]] == [500.0] * n
     assert decision["best"] == pytest.approx(rows["best"][1], abs=1e-3)
