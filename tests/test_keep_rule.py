@@ -220,3 +220,25 @@ def test_the_stretch_a_candidate_is_charged_to_is_the_one_it_was_judged_in(tmp_p
     # Interrupted during its confirmation (a stop, or a Modal call lost): it counts too.
     folder.exp(3).decision.write_text(json.dumps({"alpha": 0.004, "stretch": 2, "looks": [{"action": "confirm"}]}))
     assert best_evidence(rows + [Row(3, "train", "interrupted")], folder) == (1, 2, 2)
+
+
+def test_a_candidate_the_daemon_died_confirming_has_spent_its_level_after_resume(tmp_path):
+    """Its looks were in memory when the daemon died; `--resume` records that it got past its first
+    look (state.json said it was confirming), so the rebuilt count spends where the night left off."""
+    folder = RunFolder(tmp_path)
+    results = ResultsFile(folder.results)
+    results.create()
+    for row in (Row(0, "train", "baseline", score=100.0), Row(0, "train", "baseline", score=110.0)):
+        results.append(row)
+    run = Run.__new__(Run)
+    run.folder, run.ledger = folder, Ledger(results)
+    run._spent_in_confirmation(1, "confirm 2")
+    decision = json.loads(folder.exp(1).decision.read_text())
+    assert decision["stretch"] == 0 and decision["status"] == "interrupted"
+    rows = run.ledger.rows + [Row(1, "train", "interrupted")]
+    assert best_evidence(rows, folder) == (2, 1, 0)
+    # a decision the loop wrote before it died is left as it is
+    folder.exp(2).path.mkdir(parents=True)
+    folder.exp(2).decision.write_text(json.dumps({"alpha": 0.004, "stretch": 0, "looks": [{"action": "discard"}]}))
+    run._spent_in_confirmation(2, "confirm 1")
+    assert json.loads(folder.exp(2).decision.read_text())["looks"] == [{"action": "discard"}]
