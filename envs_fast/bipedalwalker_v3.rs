@@ -1696,13 +1696,18 @@ impl World {
         let count = (s[4] as usize).min(MAX_CONTACTS);
         for k in 0..count {
             let o = O_CONTACT + k * CONTACT_FIELDS.len();
-            let mut m = Manifold { count: s[o + 4] as usize, typ: s[o + 5] as u32, ln: v2(s[o + 6] as f32, s[o + 7] as f32),
+            let (edge, body) = (s[o] as usize, s[o + 1] as usize); // saturating: NaN and negatives give 0
+            if edge >= EDGES || body >= NB {
+                continue; // not a contact this scene can have: a state no step produced
+            }
+            let mut m = Manifold { count: (s[o + 4] as usize).min(2), typ: if s[o + 5] == 2.0 { 2 } else { 1 },
+                                   ln: v2(s[o + 6] as f32, s[o + 7] as f32),
                                    lp: v2(s[o + 8] as f32, s[o + 9] as f32), pts: [MPoint::default(); 2] };
             for p in 0..2 {
                 let q = o + 10 + 5 * p;
                 m.pts[p] = MPoint { lp: v2(s[q] as f32, s[q + 1] as f32), ni: s[q + 2] as f32, ti: s[q + 3] as f32, key: s[q + 4] as u32 };
             }
-            world.contacts.push(Contact { edge: s[o] as usize, body: s[o + 1] as usize, touching: s[o + 2] != 0.0,
+            world.contacts.push(Contact { edge, body, touching: s[o + 2] != 0.0,
                                           enabled: s[o + 3] != 0.0, m, ..Contact::default() });
         }
         world
@@ -1774,10 +1779,13 @@ impl World {
             }
             let c = &self.contacts[k];
             let m = &c.m;
-            let head = [c.edge as f64, c.body as f64, c.touching as u8 as f64, c.enabled as u8 as f64, m.count as f64,
-                        m.typ as f64, m.ln.x as f64, m.ln.y as f64, m.lp.x as f64, m.lp.y as f64];
-            s[o..o + 10].copy_from_slice(&head);
-            for p in 0..2 {
+            s[o..o + CONTACT_FIELDS.len()].fill(0.0); // an empty manifold's fields and unused points read 0
+            s[o..o + 4].copy_from_slice(&[c.edge as f64, c.body as f64, c.touching as u8 as f64, c.enabled as u8 as f64]);
+            if m.count > 0 {
+                s[o + 4..o + 10].copy_from_slice(&[m.count as f64, m.typ as f64, m.ln.x as f64, m.ln.y as f64,
+                                                   m.lp.x as f64, m.lp.y as f64]);
+            }
+            for p in 0..m.count.min(2) {
                 let q = o + 10 + 5 * p;
                 let mp = &m.pts[p];
                 s[q..q + 5].copy_from_slice(&[mp.lp.x as f64, mp.lp.y as f64, mp.ni as f64, mp.ti as f64, mp.key as f64]);

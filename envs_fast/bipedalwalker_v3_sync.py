@@ -9,11 +9,15 @@ What pybox2d lets us read, and what it does not:
   manifolds with their feature ids and warm-start impulses, touching/enabled flags;
 - broad-phase: pybox2d exposes neither the fixtures' proxy ids nor the tree. Edge proxy ids are
   found by matching each edge's (static, exactly computable) fat AABB against
-  broadPhase.GetFatAABB(id) over the tree's nodes; a walker body's proxy is the smallest node that
-  is not an edge's and contains the body's swept AABB (its leaf; its ancestors are larger);
-- NOT readable: each body's sleep timer (m_sleepTime). It is reconstructed as 0 (the value
-  whenever a body moves faster than Box2D's sleep tolerances, i.e. in nearly every state); a state
-  where a walker has stood still for a while may fall asleep one step later in the reference.
+  broadPhase.GetFatAABB(id) over the tree's nodes. A walker body's proxy id is learnt for certain by
+  state_to_reference (see _place_bodies) and kept on the body object; before that, a read takes
+  the leaves whose fat AABB contains the body's swept AABB (see `proxies`): exact unless two legs
+  overlap so closely that either leaf would do, where the guess can swap them;
+- NOT readable: each body's sleep timer (m_sleepTime). It is reported as 0, which is exact after
+  state_to_reference (it resets the timers: SetAwake(false) then SetAwake(true)) and whenever a body
+  moved faster than Box2D's sleep tolerances in its last step; read off a reference that was only
+  stepped, a walker that has stood still for a while may fall asleep in the reference a step earlier
+  than in the port.
 
 Writing back (`state_to_reference`) can set terrain (the world's edges are rebuilt in gymnasium's
 order when the heights differ), body transforms and velocities, flags and prev_shaping, and the
@@ -26,6 +30,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from Box2D.b2 import revoluteJointDef
 
 TERRAIN_LENGTH = 200
 EDGES = TERRAIN_LENGTH - 1
@@ -42,6 +47,20 @@ STATE_SIZE = O_CONTACT + MAX_CONTACTS * CONTACT_FIELDS
 
 F32 = np.float32
 AABB_EXTENSION = F32(0.1)
+
+_BODIES = ("hull", "leg0", "lower0", "leg1", "lower1")
+_CONTACT_FIELDS = ("edge", "body", "touching", "enabled", "points", "type", "nx", "ny", "px", "py",
+                   "p0x", "p0y", "p0n", "p0t", "p0id", "p1x", "p1y", "p1n", "p1t", "p1id")
+# What state_to_reference cannot write: the world's contacts, the joints' accumulated impulses, the
+# broad-phase (proxy ids, fat AABBs) and the sleep timers. The verifier's round trip skips these;
+# both sides then step from what the reference holds (state_from_reference after the write).
+READ_ONLY_FIELDS = (
+    ("contact_count",)
+    + tuple(f"{b}_{f}" for b in _BODIES for f in ("sleep_time", "fat_lx", "fat_ly", "fat_ux", "fat_uy", "proxy"))
+    + tuple(f"joint{j}_{f}" for j in range(4) for f in ("impulse_x", "impulse_y", "impulse_z", "motor_impulse"))
+    + tuple(f"edge_proxy{i}" for i in range(TERRAIN_LENGTH - 1))
+    + tuple(f"c{k}_{f}" for k in range(MAX_CONTACTS) for f in _CONTACT_FIELDS)
+)
 
 
 def _bodies(u):
@@ -76,12 +95,40 @@ def _contact_list(u):
     return list(reversed(u.world.contacts))
 
 
+def _contains(box, tight) -> bool:
+    return box[0] <= tight[0] and box[1] <= tight[1] and tight[2] <= box[2] and tight[3] <= box[3]
+
+
+def _is_leaf(bp, node: int) -> bool:
+    """b2DynamicTree::MoveProxy asserts that the node is a leaf (pybox2d raises AssertionError);
+    given the leaf's own fat AABB it returns before changing anything."""
+    try:
+        bp.MoveProxy(node, bp.GetFatAABB(node), (0.0, 0.0))
+        return True
+    except AssertionError:
+        return False
+
+
+def _matchings(candidates: list, chosen: tuple = ()):
+    """Every assignment of distinct nodes to the bodies, body i taking one of candidates[i]."""
+    if len(chosen) == len(candidates):
+        yield chosen
+        return
+    for node in candidates[len(chosen)]:
+        if node not in chosen:
+            yield from _matchings(candidates, chosen + (node,))
+
+
 def proxies(u):
-    """(edge proxy ids in segment order, the 5 walker bodies' (proxy id, fat AABB))."""
+    """(edge proxy ids in segment order, the 5 walker bodies' (proxy id, fat AABB)). Read only.
+
+    Edges: the node whose fat AABB equals the edge's (static, computed exactly). Walker bodies: an id
+    learnt exactly by state_to_reference (or from an unambiguous read) is kept on the body object;
+    otherwise the leaves (not an edge's) whose fat AABB contains the body's swept AABB: the only
+    assignment if just one exists, else the one with the least total area (legs in the same place
+    can be told apart no other way without moving them)."""
     bp = u.world.contactManager.broadPhase
-    nodes = {}
-    for node in range(_node_capacity(bp)):
-        nodes[node] = _aabb(bp.GetFatAABB(node))
+    nodes = {node: _aabb(bp.GetFatAABB(node)) for node in range(_node_capacity(bp))}
     by_box: dict = {}
     for node, box in nodes.items():
         by_box.setdefault(box, []).append(node)
@@ -91,24 +138,47 @@ def proxies(u):
         tight = _aabb(body.fixtures[0].GetAABB(0))
         fat = (tight[0] - AABB_EXTENSION, tight[1] - AABB_EXTENSION, tight[2] + AABB_EXTENSION, tight[3] + AABB_EXTENSION)
         edge_ids[order[id(body)]] = by_box.get(fat, [-1])[0]
-    taken = set(edge_ids)
+    edges = set(edge_ids)
+    bodies = _bodies(u)
+    known = [getattr(body, "_autorl_proxy", None) for body in bodies]
+    if all(k is not None for k in known):
+        ids = known
+    else:
+        leaf: dict = {}
+        candidates = []
+        for body in bodies:
+            tight = _aabb(body.fixtures[0].GetAABB(0))
+            fits = [node for node, box in nodes.items() if node not in edges and _contains(box, tight)]
+            fits = [node for node in fits if leaf.setdefault(node, _is_leaf(bp, node))]
+            candidates.append(fits)
+        area = lambda node: (float(nodes[node][2]) - float(nodes[node][0])) * (float(nodes[node][3]) - float(nodes[node][1]))  # noqa: E731
+        found = list(_matchings(candidates))
+        if len(found) == 1:
+            for body, node in zip(bodies, found[0]):
+                body._autorl_proxy = node
+        ids = list(min(found, key=lambda m: sum(area(n) for n in m))) if found else [-1] * len(bodies)
     walker = []
-    for body in _bodies(u):
-        tight = _aabb(body.fixtures[0].GetAABB(0))
-        best = None
-        for node, box in nodes.items():
-            if node in taken:
-                continue
-            if box[0] <= tight[0] and box[1] <= tight[1] and tight[2] <= box[2] and tight[3] <= box[3]:
-                area = (float(box[2]) - float(box[0])) * (float(box[3]) - float(box[1]))
-                if best is None or area < best[0]:
-                    best = (area, node, box)
-        if best is None:
-            walker.append((-1, tuple(float(v) for v in tight)))
-        else:
-            taken.add(best[1])
-            walker.append((best[1], tuple(float(v) for v in best[2])))
+    for body, node in zip(bodies, ids):
+        box = nodes[node] if node >= 0 else _aabb(body.fixtures[0].GetAABB(0))
+        walker.append((node, tuple(float(v) for v in box)))
     return edge_ids, walker
+
+
+def _place_bodies(u, poses) -> None:
+    """Put each walker body at its (position, angle) through a detour far away: SetTransform there
+    re-inserts its proxy's leaf, the only node lying wholly out there (so its id is certain), and
+    SetTransform back re-inserts it again, its fat AABB then its pose's widened by b2_aabbExtension
+    whatever it was before."""
+    bp = u.world.contactManager.broadPhase
+    for b, (body, (position, angle)) in enumerate(zip(_bodies(u), poses)):
+        x0 = -1000.0 - 50.0 * b
+        body.transform = ((x0, -1000.0), angle)
+        for node in range(_node_capacity(bp)):
+            box = _aabb(bp.GetFatAABB(node))
+            if x0 - 10 <= box[0] and box[2] <= x0 + 10 and -1010 <= box[1] and box[3] <= -990:
+                body._autorl_proxy = node
+                break
+        body.transform = (position, angle)
 
 
 def state_from_reference(env):
@@ -141,8 +211,9 @@ def state_from_reference(env):
         edge = _segment(edge_body)
         b = next(i for i, w in enumerate(walker_bodies) if w == body)
         m = contact.manifold
-        s[o:o + 10] = [edge, b, 1.0 if contact.touching else 0.0, 1.0 if contact.enabled else 0.0, m.pointCount,
-                       m.type_, m.localNormal[0], m.localNormal[1], m.localPoint[0], m.localPoint[1]]
+        s[o:o + 4] = [edge, b, 1.0 if contact.touching else 0.0, 1.0 if contact.enabled else 0.0]
+        if m.pointCount > 0:  # an empty manifold's other fields are stale memory: left at zero
+            s[o + 4:o + 10] = [m.pointCount, m.type_, m.localNormal[0], m.localNormal[1], m.localPoint[0], m.localPoint[1]]
         for p in range(m.pointCount):
             point = m.points[p]
             q = o + 10 + 5 * p
@@ -173,27 +244,59 @@ def _rebuild_terrain(u, terrain_y) -> None:
     world.contactListener = listener
 
 
+def _recreate_joints(u) -> None:
+    """Destroy and recreate the 4 revolute joints in gymnasium's order (so the world's and the bodies'
+    joint lists are as gymnasium made them): accumulated impulses 0, limits inactive."""
+    world = u.world
+    specs = []
+    for joint in u.joints:
+        # copies: pybox2d's vectors point into the joint, which is about to be freed
+        specs.append(dict(bodyA=joint.bodyA, bodyB=joint.bodyB, localAnchorA=tuple(joint.GetLocalAnchorA()),
+                          localAnchorB=tuple(joint.GetLocalAnchorB()), referenceAngle=float(joint.GetReferenceAngle()),
+                          enableMotor=True, enableLimit=True, maxMotorTorque=80.0, motorSpeed=float(joint.motorSpeed),
+                          lowerAngle=float(joint.lowerLimit), upperAngle=float(joint.upperLimit)))
+    for joint in u.joints:
+        world.DestroyJoint(joint)
+    u.joints = [world.CreateJoint(revoluteJointDef(**spec)) for spec in specs]
+
+
 def state_to_reference(state, env) -> None:
+    """Write the state into the reference, then make what the reference derives itself a function of
+    what was written (so that writing a state twice gives the same world, whatever came before):
+    joints recreated (impulses 0), every walker contact destroyed, each body's proxy re-inserted
+    (fat AABB from its pose; this also tells its proxy id for certain), contacts found again, the written manifolds put back where the same
+    (terrain segment, body) pair has a contact, and one Collide pass (b2ContactManager::Collide with
+    the listener detached) so that touching flags and manifolds are those of the written pose, with
+    warm-start impulses carried over by feature id as Box2D carries them."""
     u = env.unwrapped
     s = [float(v) for v in state]
+    world = u.world
+    listener = world.contactListener
+    world.contactListener = None
     terrain_y = s[O_TERRAIN:O_TERRAIN + TERRAIN_LENGTH]
     if any(F32(a) != F32(b) for a, b in zip(terrain_y, u.terrain_y)):
         _rebuild_terrain(u, terrain_y)
+        world.contactListener = None
+    manager = world.contactManager
+    for contact in _contact_list(u):
+        manager.Destroy(contact)
+    _recreate_joints(u)
+    poses = []
     for b, body in enumerate(_bodies(u)):
         o = O_BODY + b * BODY_FIELDS
         cx, cy, angle = F32(s[o]), F32(s[o + 1]), F32(s[o + 2])
         lc = body.localCenter
         sin, cos = F32(math.sin(angle)), F32(math.cos(angle))  # b2Rot::Set in float32
         position = (float(cx - (cos * F32(lc[0]) - sin * F32(lc[1]))), float(cy - (sin * F32(lc[0]) + cos * F32(lc[1]))))
-        body.transform = (position, float(angle))
+        poses.append((position, float(angle)))
+    _place_bodies(u, poses)  # SetTransform also finds the new contacts (b2ContactManager::FindNewContacts)
+    for b, body in enumerate(_bodies(u)):
+        o = O_BODY + b * BODY_FIELDS
+        # Put to sleep and wake: the only way to set m_sleepTime, to 0, which is what a read reports.
+        body.awake = False
+        body.awake = True
         body.linearVelocity = (s[o + 3], s[o + 4])
         body.angularVelocity = s[o + 5]
-        body.awake = bool(s[o + 6])
-    u.game_over = bool(s[0])
-    u.legs[1].ground_contact = bool(s[1])
-    u.legs[3].ground_contact = bool(s[2])
-    u.prev_shaping = None if math.isnan(s[3]) else s[3]
-    # warm-start impulses of contacts that exist on both sides with the same points
     walker_bodies = _bodies(u)
     wanted = {}
     for k in range(min(int(s[4]), MAX_CONTACTS)):
@@ -203,10 +306,24 @@ def state_to_reference(state, env) -> None:
         edge = _segment(contact.fixtureA.body)
         b = next(i for i, w in enumerate(walker_bodies) if w == contact.fixtureB.body)
         row = wanted.get((edge, b))
-        m = contact.manifold
-        if row is None or int(row[4]) != m.pointCount:
+        if row is None or not 0 < int(row[4]) <= 2:
             continue
-        for p in range(m.pointCount):
-            if int(row[14 + 5 * p]) == m.points[p].id.key:
-                m.points[p].normalImpulse = row[12 + 5 * p]
-                m.points[p].tangentImpulse = row[13 + 5 * p]
+        m = contact.manifold
+        m.pointCount = int(row[4])
+        m.type_ = int(row[5])
+        m.localNormal = (row[6], row[7])
+        m.localPoint = (row[8], row[9])
+        for p in range(int(row[4])):
+            point = m.points[p]
+            point.localPoint = (row[10 + 5 * p], row[11 + 5 * p])
+            point.normalImpulse = row[12 + 5 * p]
+            point.tangentImpulse = row[13 + 5 * p]
+            point.id.key = int(row[14 + 5 * p])
+    manager.Collide()
+    for b, body in enumerate(_bodies(u)):
+        body.awake = bool(s[O_BODY + b * BODY_FIELDS + 6])
+    world.contactListener = listener
+    u.game_over = bool(s[0])
+    u.legs[1].ground_contact = bool(s[1])
+    u.legs[3].ground_contact = bool(s[2])
+    u.prev_shaping = None if math.isnan(s[3]) else s[3]

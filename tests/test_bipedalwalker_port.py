@@ -300,3 +300,28 @@ def test_port_reset_and_rollout_are_sane(port):
     assert inside[..., 14:].all()  # lidar fractions
     again = port.rollout(np.arange(8), state, actions)
     np.testing.assert_array_equal(again[0], observations)
+
+
+def test_writing_a_state_gives_the_same_world_whatever_came_before(port):
+    """state_to_reference makes what the reference derives itself (contacts, joint impulses,
+    broad-phase) a function of the written state: the same state written after different histories
+    reads back the same and steps the same, on the reference and on the port."""
+    env = gym.make(ENV_ID)
+    env.reset(seed=9)
+    rng = np.random.default_rng(9)
+    for _ in range(60):
+        env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+    state = sync.state_from_reference(env)
+    action = rng.uniform(-1, 1, 4).astype(np.float32)
+    outcomes = []
+    for history in range(2):
+        for _ in range(15 + 10 * history):
+            env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+        sync.state_to_reference(state, env)
+        read = sync.state_from_reference(env)
+        obs, reward, terminated, _ = port_step(port, read, action)
+        ref_obs, ref_reward, ref_terminated, _, _ = env.step(action)
+        np.testing.assert_allclose(obs, ref_obs, rtol=0, atol=OBS_TOLERANCE)
+        outcomes.append((read, ref_obs.tolist(), ref_reward))
+    assert outcomes[0] == outcomes[1]
+    assert read[4] > 0 and any(read[sync.O_CONTACT + 20 * k + 2] for k in range(int(read[4])))  # touching contacts
