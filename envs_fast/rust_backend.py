@@ -180,6 +180,9 @@ class RustBackend:
         self.observation_space, self.action_space = reference.observation_space, reference.action_space
         reference.close()
         self._sync = sync_module  # the `<stem>_sync.py` module (load_rust requires it)
+        # State fields the reference derives itself and state_to_reference cannot write (a physics
+        # engine's contacts, solver impulses, broad-phase): the sync round trip does not compare them.
+        self.read_only_fields = tuple(getattr(sync_module, "READ_ONLY_FIELDS", ()))
         self.state_from_reference = self._state_from_reference
         self.state_to_reference = self._state_to_reference
 

@@ -42,8 +42,11 @@ def _check(ctx: Context, report: LevelReport):
     if sync.problem:
         report.add("state sync round trip", False, sync.problem["detail"], sync.problem)
         return
+    read_only = getattr(ctx.backend, "read_only_fields", ()) or ()
     report.add("state sync round trip", True, "states written with state_to_reference read back "
-               "unchanged with state_from_reference")
+               "unchanged with state_from_reference" + (
+                   f" (except {len(read_only)} fields the sync declares read-only: the reference derives "
+                   "them, and both sides step from what it holds)" if read_only else ""))
     stepper = ReferenceStepper(ctx.env_id, ctx.backend)
     rng = np.random.default_rng(s.seed)
     try:
