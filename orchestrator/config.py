@@ -16,6 +16,13 @@ BASELINE_RUNS = 4       # runs of the start commit (--baselines): the best's fir
                         # measure; with 2, a 5%-per-night rule cannot confirm 3 sigma (bench/nights.py, README)
 
 
+def budget_allowance(budget_s: float) -> float:
+    """The default allowance past the budget (--grace): train.py's clock starts with its process, so
+    this covers the export of the artifact and its check after the last update. Small on purpose:
+    a train.py that stretches its own budget is killed and recorded `invalid`."""
+    return max(5.0, 0.05 * budget_s)
+
+
 class RunError(Exception):
     """A problem the user must fix before the run can go on (the message says what)."""
 
@@ -26,7 +33,7 @@ class RunConfig:
     tag: str
     env_id: str
     budget_s: float
-    grace_s: float
+    grace_s: float                        # the budget's allowance: the artifact is due (and train.py killed) at budget + this
     eval_episodes: int
     eval_seed: int                        # held out: drawn at setup, kept only in run.json
     train_seeds: list[int]

@@ -242,6 +242,17 @@ class ProcessResult:
     output_bytes: int = 0          # its size at the last measurement (0 when not watched)
     marker: str = ""               # AUTORL_EXPERIMENT_ID of every process it started
     sandboxed: bool = False        # the command ran inside the sandbox's walls
+    artifact_s: Optional[float] = None  # seconds from the start to the watched artifact's last change
+
+
+def file_fingerprint(path: Optional[Path]) -> Optional[tuple]:
+    """What changes whenever a file is written, replaced or touched (its ctime is the kernel's: no
+    utime can set it back); None when there is no file."""
+    try:
+        st = os.stat(path) if path is not None else None
+    except OSError:
+        return None
+    return None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def run_group(
@@ -260,6 +271,7 @@ def run_group(
     output_dir: Optional[Path] = None,
     max_output_bytes: Optional[int] = None,
     marker: Optional[str] = None,
+    artifact: Optional[Callable[[], Optional[tuple]]] = None,
 ) -> ProcessResult:
     """Run `cmd` in a new session, output to `log_path` (stderr too, unless `stderr_path`); kill its
     group at the timeout, on stop, and when an exception (a stop signal) interrupts the wait.
@@ -268,7 +280,9 @@ def run_group(
     does not work). `output_dir` + `max_output_bytes`: cap what it writes there. `marker`: the
     AUTORL_EXPERIMENT_ID to give it (default: a fresh one; record it before spawning, for
     `kill_marked` after a crash). Two run_group calls running at the same time must not share a
-    marker: the first to end kills what carries it.
+    marker: the first to end kills what carries it. `artifact`: a fingerprint of the file the
+    command delivers (file_fingerprint), looked at every OUTPUT_CHECK_INTERVAL_S and once at the
+    end; `artifact_s` is when it was last seen to change, by the daemon's clock, not the file's.
     Whatever it started is dead when this returns (see the module docstring)."""
     if sandbox is not None and walls is None:
         raise ValueError("run_group: a sandbox needs walls")
@@ -303,6 +317,13 @@ def run_group(
     started = time.monotonic()
     timed_out = interrupted = exceeded = False
     output_bytes = 0
+    delivered: list = [None, None]  # the artifact's last fingerprint, and when it was first seen so
+
+    def look_at_artifact(now: float) -> None:
+        if artifact is not None:
+            fingerprint = artifact()
+            if fingerprint != delivered[0]:
+                delivered[:] = [fingerprint, None if fingerprint is None else now - started]
     try:
         with open(log_path, "ab") as log, open(stderr_path or os.devnull, "ab") as err:
             proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=log,
@@ -317,6 +338,7 @@ def run_group(
                 while True:
                     try:
                         proc.wait(timeout=POLL_S)
+                        look_at_artifact(time.monotonic())  # written since the last look: by the exit at the latest
                         break
                     except subprocess.TimeoutExpired:
                         pass
@@ -324,10 +346,12 @@ def run_group(
                     now = time.monotonic()
                     elapsed = now - started
                     on_tick(elapsed)
-                    if watch and now >= next_check:
+                    if now >= next_check:
                         next_check = now + OUTPUT_CHECK_INTERVAL_S
-                        output_bytes = tree_size(output_dir)
-                        exceeded = output_bytes > max_output_bytes
+                        look_at_artifact(now)
+                        if watch:
+                            output_bytes = tree_size(output_dir)
+                            exceeded = output_bytes > max_output_bytes
                     if should_stop():
                         interrupted = True
                     elif elapsed > timeout_s:
@@ -354,4 +378,4 @@ def run_group(
         exceeded = exceeded or output_bytes > max_output_bytes
     return ProcessResult(proc.returncode, time.monotonic() - started, timed_out, interrupted,
                          output_exceeded=exceeded, output_bytes=output_bytes, marker=marker,
-                         sandboxed=sandboxed)
+                         sandboxed=sandboxed, artifact_s=delivered[1])

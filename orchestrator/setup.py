@@ -21,7 +21,7 @@ from envs_fast.portability import no_port_reason
 from . import agents as agent_kinds
 from . import shipped
 from .artifacts import TRAIN_SCRIPT
-from .config import BASELINE_RUNS, Options, RunConfig, RunError, check_tag, default_tag
+from .config import BASELINE_RUNS, Options, RunConfig, RunError, budget_allowance, check_tag, default_tag
 from .daemon import LockHeld, RunLock, StopControl, log, progress, setup_logging
 from .disk import NIGHT_OF_CAPS, free_mb
 from .envfolder import content_sha256, env_folder
@@ -316,7 +316,7 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
     folder.harness.write_bytes(harness_bytes)
     config = RunConfig(
         tag=tag, env_id=options.env_id, budget_s=budget,
-        grace_s=options.grace_s if options.grace_s is not None else max(30.0, 0.1 * budget),
+        grace_s=options.grace_s if options.grace_s is not None else budget_allowance(budget),
         eval_episodes=options.eval_episodes or harness_episodes,
         eval_seed=secrets.randbelow(2**31 - 1_000_000),
         train_seeds=list(range(1, (options.baselines or BASELINE_RUNS) + 1)), confirm_seed=2,

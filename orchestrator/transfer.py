@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-from .config import RunConfig, RunError
+from .config import RunConfig, RunError, budget_allowance
 from .daemon import LockHeld, RunLock, StopControl, lock_holder, log
 from .inflight import InFlight, recorded
 from .results import RunFolder, utc_now
@@ -127,7 +127,7 @@ def run_transfer(run_dir: Path, envs: list[str], budget_s: Optional[float] = Non
             else:
                 runner = runners.get(cell.env)
                 if runner is None:
-                    grace = config.grace_s if budget == config.budget_s else max(30.0, 0.1 * budget)
+                    grace = config.grace_s if budget == config.budget_s else budget_allowance(budget)
                     cfg = dataclasses.replace(config, env_id=cell.env, budget_s=budget, grace_s=grace)
                     runner = runners[cell.env] = factory(cfg, folder, workspace, stop, journal, harness_bytes)
                     for record in leftovers:  # what a killed transfer left running

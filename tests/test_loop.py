@@ -80,7 +80,9 @@ def test_replay_night_covers_every_status(autorl_repo, tmp_path):
         2: {"candidate/train.py": tiny_train_py(BIAS=5.0), "DESCRIPTION": "always left"},
         3: {"candidate/train.py": _insert_before_export("raise RuntimeError('deliberate crash')"),
             "DESCRIPTION": "crashes"},
-        4: {"candidate/train.py": _insert_before_export(SPAWN_SLEEPER_AND_HANG), "DESCRIPTION": "hangs"},
+        # exports its artifact in time, then hangs (a timeout; one still training at the deadline
+        # stretched its budget and is invalid: tests/test_budget.py)
+        4: {"candidate/train.py": TINY_TRAIN_PY + SPAWN_SLEEPER_AND_HANG, "DESCRIPTION": "hangs"},
         5: {"candidate/train.py": tiny_train_py(BIAS=0.0), "evaluate.py": "# mine now\n",
             "DESCRIPTION": "edits the harness"},
         6: {"candidate/train.py": TINY_TRAIN_PY + "\ndef broken(:\n", "DESCRIPTION": "syntax error"},

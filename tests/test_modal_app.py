@@ -210,7 +210,7 @@ def test_train_experiment_is_killed_at_budget_plus_grace(autorl_repo):
     repo = autorl_repo(train_py=tiny_train_py(SLEEP=120.0))
     run = modal_functions.train_experiment.local(archive_of(repo), "CartPole-v1", 1, 1, grace=1)
     assert run["timed_out"] and run["policy"] is None and run["policy_name"] is None
-    assert run["wall_s"] < 30
+    assert run["wall_s"] < 30 and run["artifact_s"] is None   # killed before it delivered anything
 
 
 def test_train_experiment_local_with_the_real_train_py(autorl_repo, one_eval_worker):
@@ -218,6 +218,7 @@ def test_train_experiment_local_with_the_real_train_py(autorl_repo, one_eval_wor
                                                  budget=10, seed=1)
     assert run["returncode"] == 0, run["log"][-3000:]
     assert run["metrics"]["env_steps"] > 0
+    assert 0 < run["artifact_s"] <= run["wall_s"]   # timed by the container's clock, from train.py's start
     assert run["policy"] and run["policy_name"] in ("policy.pt", "policy.pt2")
     result = modal_functions.evaluate_policy.local(HARNESS, HARNESS_SHA, run["policy"], "CartPole-v1", 7, 3,
                                                    run["policy_name"])

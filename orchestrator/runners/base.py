@@ -69,6 +69,7 @@ class TrainOutcome:
     output_exceeded: bool = False
     note: str = ""                                  # a runner's own reason (e.g. container lost)
     infrastructure: str = ""                        # why it never ran to an end, not the code's doing
+    artifact_s: Optional[float] = None              # seconds from train.py's start to its complete artifact
 
 
 @dataclass
@@ -97,6 +98,7 @@ class Measurement:
     compute_usd: float = 0.0              # what the runner's compute cost (Modal)
     evaluation: dict = field(default_factory=dict)
     budget_s: Optional[float] = None      # the training budget it ran with
+    trained_s: Optional[float] = None     # from train.py's start to its complete artifact (the daemon's clock)
 
 
 @dataclass
@@ -141,10 +143,14 @@ class Runner(Protocol):
 
 # ---------------------------------------------------------------- shared judgement of outcomes
 def train_failure(train: TrainOutcome, folder: ExpFolder, config: RunConfig, budget_s: float) -> Measurement:
-    """The measurement of a train run (of `budget_s`) so far: a status when it failed, else None to go on."""
+    """The measurement of a train run (of `budget_s`) so far: a status when it failed, else None to go on.
+    The budget is a budget: the artifact must be complete by budget + the run's allowance (grace_s),
+    the kill deadline; a train.py still training then stretched its budget and is `invalid`."""
     m = Measurement(env_steps=_int(train.metrics.get("env_steps")), sps=_float(train.metrics.get("sps")),
-                    wall_s=train.wall_s, budget_s=budget_s)
+                    wall_s=train.wall_s, budget_s=budget_s, trained_s=train.artifact_s)
     tail = log_tail(folder.train_log)
+    limit = budget_s + config.grace_s
+    budget = f"a {budget_s:g} s budget, allowance {config.grace_s:g} s"
     if train.interrupted:
         m.status, m.note = "interrupted", "stopped during training"
     elif train.infrastructure:
@@ -153,10 +159,15 @@ def train_failure(train: TrainOutcome, folder: ExpFolder, config: RunConfig, bud
         m.status, m.failure = "crash", tail
         m.note = f"wrote more than {config.max_output_mb:g} MB into AUTORL_OUTPUT_DIR"
         m.failure = f"{m.note}; the run was killed. Write only the policy artifact (and small files).\n{tail}"
-    elif train.timed_out:
+    elif train.timed_out and train.artifact_s is not None and train.artifact_s <= limit:
         m.status, m.failure = "timeout", tail
-        grace_s = config.grace_s
-        m.note = f"killed at {budget_s + grace_s:.0f}s (budget {budget_s:.0f}s + grace {grace_s:.0f}s)"
+        m.note = (f"killed at {limit:g}s: the artifact was complete at {train.artifact_s:.0f}s, but {TRAIN_SCRIPT} "
+                  f"had not exited ({budget})")
+    elif train.timed_out:  # still training (or exporting) at the deadline: it stretched its budget
+        m.status, m.note = "invalid", f"trained >= {limit:g} s of {budget}"
+        m.failure = (f"{TRAIN_SCRIPT} must train within TIME_BUDGET (evaluate.TIME_BUDGET, {budget_s:g} s here, "
+                     f"counted from the process start) and have exported its artifact by {limit:g} s; it was "
+                     f"still running then and was killed.\n{tail}")
     elif train.note:
         m.status, m.failure, m.note = "crash", tail, train.note
     elif train.returncode != 0:

@@ -133,6 +133,7 @@ class ModalRunner:
         train = TrainOutcome(result.get("returncode"), float(result.get("wall_s", call.ran_s)),
                              timed_out=bool(result.get("timed_out")), interrupted=call.how == "interrupted",
                              metrics=result.get("metrics") or {}, policy=policy,
+                             artifact_s=_float_or_none(result.get("artifact_s")),
                              note=f"the Modal training call failed: {call.detail}" if call.how == "error" else "",
                              infrastructure=call.detail if call.how == "infrastructure" else "")
         m = train_failure(train, folder, c, budget)
@@ -224,3 +225,10 @@ def cancel_call(handle: dict) -> bool:
     except Exception as exc:
         log.warning("could not cancel Modal call %s: %s", handle.get("call_id"), exc)
         return False
+
+
+def _float_or_none(value) -> Optional[float]:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None

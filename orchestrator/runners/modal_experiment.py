@@ -16,12 +16,12 @@ import secrets
 import sys
 import tarfile
 import tempfile
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
 from ..artifacts import POLICY_NAMES, TRAIN_SCRIPT, find_policy, log_tail, parse_summary, train_env
-from ..processes import run_group, scrubbed_env
+from ..config import budget_allowance
+from ..processes import file_fingerprint, run_group, scrubbed_env
 
 LOG_CAP_BYTES = 2_000_000    # the end of a train log that comes back
 EVAL_TIMEOUT_S = 1800        # the harness itself
@@ -67,32 +67,32 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
                   extra_env: Optional[dict] = None, should_stop: Callable[[], bool] = lambda: False,
                   log_cap: int = LOG_CAP_BYTES) -> dict:
     """Extract a commit's archive into a fresh directory and run its candidate/train.py there for
-    `budget` seconds (killed as a group at budget + grace) with a scrubbed environment.
+    `budget` seconds (killed as a group at budget + grace, the budget's allowance) with a scrubbed
+    environment.
 
-    Returns policy (bytes or None), policy_name, log (its last `log_cap` bytes), log_bytes,
-    metrics (the `key: value` summary), returncode, timed_out, wall_s, and started_at (the epoch
-    second train.py started: the budget counts from there, whatever the container waited for)."""
-    grace = max(30.0, 0.1 * budget) if grace is None else grace
+    Returns policy (bytes or None), policy_name, log (its last `log_cap` bytes), metrics (the
+    `key: value` summary), returncode, timed_out, wall_s, and artifact_s (seconds from train.py's
+    start to its complete artifact, by this container's clock: whatever it waited for before)."""
+    grace = budget_allowance(budget) if grace is None else grace
     with tempfile.TemporaryDirectory(prefix="autorl-train-") as tmp:
         checkout, out_dir, log_path = Path(tmp) / "checkout", Path(tmp) / "out", Path(tmp) / "train.log"
         checkout.mkdir()
         out_dir.mkdir()
         extract_archive(archive, checkout)
         env = scrubbed_env({**train_env(out_dir, env_id, budget, seed), **(extra_env or {})})
-        started_at = time.time()
-        proc = run_group([sys.executable, TRAIN_SCRIPT], checkout, env, log_path, budget + grace, should_stop)
-        log, log_bytes = _log_tail_bytes(log_path, log_cap)
+        proc = run_group([sys.executable, TRAIN_SCRIPT], checkout, env, log_path, budget + grace, should_stop,
+                         artifact=lambda: file_fingerprint(find_policy(out_dir)))
+        log, _ = _log_tail_bytes(log_path, log_cap)
         policy = find_policy(out_dir)
         return {
             "policy": policy.read_bytes() if policy else None,
             "policy_name": policy.name if policy else None,
             "log": log,
-            "log_bytes": log_bytes,
             "metrics": parse_summary(log),
             "returncode": proc.returncode,
             "timed_out": proc.timed_out,
             "wall_s": proc.wall_s,
-            "started_at": started_at,
+            "artifact_s": proc.artifact_s,
         }
 
 
