@@ -229,7 +229,7 @@ class RunFolder:
     OPTUNA = "optuna.db"
     NOTES = "notes.md"             # the LLM agent's own notes
     VERIFY_CACHE = "verify-cache"  # verdicts and throughput of this run's backends
-    JAX_CACHE = "jax-cache"        # jax-cache/<commit>/: JAX's compilation cache of that commit's train runs
+    JAX_CACHE = "jax-cache"        # jax-cache/<commit>-<n>/: the JAX compilation cache of one train run (gone after it)
     REPORT_HTML = "report.html"    # the morning report, rewritten after every experiment
     PROGRESS_PNG = "progress.png"  # every experiment, the running best, the kept ones annotated
     TRANSFER_TSV = "transfer.tsv"  # `transfer`: the starting and the best train.py on other envs

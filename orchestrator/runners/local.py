@@ -20,11 +20,11 @@ a pass, the benchmarked backend's figures), so candidate code cannot forge a ver
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import shutil
 import sys
-import threading
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -63,7 +63,7 @@ class LocalRunner:
         self.hidden = [workspace.main_root, workspace.path, settings.harness.parent]
         settings.verify_cache.mkdir(parents=True, exist_ok=True)
         self.rust = rust_toolchain()  # shown to walled-in processes so that Rust backends build and load
-        self.jax_caches = JaxCaches(settings.jax_cache, settings.config.max_output_mb)
+        self.jax_caches = JaxCaches(settings.jax_cache)
 
     # ------------------------------------------------------------ pieces
     def _scratch(self, name: str) -> Path:
@@ -78,7 +78,7 @@ class LocalRunner:
 
     def _spawn(self, slot: Slot, stage: str, cmd: list[str], cwd: Path, env: dict, log_path: Path,
                timeout_s: float, tick: str, walls: Walls, output_dir: Optional[Path] = None,
-               max_output_bytes: Optional[int] = None) -> processes.ProcessResult:
+               max_output_bytes: Optional[int] = None, artifact=None) -> processes.ProcessResult:
         marker = processes.new_marker()
         return processes.run_group(
             cmd, cwd, env, log_path, timeout_s, self.should_stop,
@@ -86,7 +86,7 @@ class LocalRunner:
                 slot.exp, {"kind": "local", "pgid": pgid, "marker": marker, "stage": stage}),
             on_tick=lambda t: progress.show(f"{slot.label}: {tick} {t:.0f}s"),
             walls=walls, sandbox=self.sandbox, output_dir=output_dir, max_output_bytes=max_output_bytes,
-            marker=marker)
+            marker=marker, artifact=artifact)
 
     def _walls(self, cwd: Path, read_only: list[Path], writable: list[Path]) -> Walls:
         toolchain = [self.rust[1]] if self.rust else []
@@ -125,13 +125,14 @@ class LocalRunner:
                 result = self._spawn(slot, "train", [sys.executable, TRAIN_SCRIPT], source, env, folder.train_log,
                                      budget + c.grace_s, f"training (budget {budget:.0f}s)",
                                      self._walls(source, [source, s.verify_cache], [folder.out, jax_cache]),
-                                     output_dir=folder.out, max_output_bytes=int(c.max_output_mb * 2**20))
+                                     output_dir=folder.out, max_output_bytes=int(c.max_output_mb * 2**20),
+                                     artifact=lambda: processes.file_fingerprint(find_policy(folder.out)))
         finally:
             shutil.rmtree(source, ignore_errors=True)
         text = folder.train_log.read_text(encoding="utf-8", errors="replace") if folder.train_log.exists() else ""
         train = TrainOutcome(result.returncode, result.wall_s, result.timed_out, result.interrupted,
                              metrics=parse_summary(text), policy=find_policy(folder.out),
-                             output_exceeded=result.output_exceeded)
+                             output_exceeded=result.output_exceeded, artifact_s=result.artifact_s)
         m = train_failure(train, folder, c, budget)
         prune(folder)  # ballast, checkpoints: only the policy artifact stays
         if m.status:
@@ -275,10 +276,10 @@ class LocalRunner:
                                                         json_path.with_suffix(".log"), "benchmarking")
         results = (data.get("side_by_side") or [data]) if result.returncode == 0 and data else None
         try:
-            for spec, figures in zip(specs, results or []):
-                measured = figures.get("backend", spec)
-                if measured.endswith((".py", ".rs")) and not Path(measured).is_absolute():
-                    measured = str(source / measured)  # records are keyed by content, found from here
+            for spec, _ in zip(specs, results or []):
+                # the record of what the daemon asked for, never of what the process says it measured
+                # (a translation could name another backend to lend it its speed)
+                measured = str(source / spec) if is_file_spec(spec) and not Path(spec).is_absolute() else spec
                 self._merge(cache, "bench", measured)
         finally:
             shutil.rmtree(source, ignore_errors=True)
@@ -298,45 +299,25 @@ class LocalRunner:
 
 
 class JaxCaches:
-    """JAX's persistent compilation caches, one folder per commit (`<root>/<commit>/`): the train
-    runs of one commit (baseline seeds, confirmations, a re-baseline) compile once, and no candidate
-    writes a cache that another commit's runs read. A folder is writable only inside the walls of its
-    own commit's train runs. Only the KEEP most recently used folders outlive their runs (a discarded
-    commit's goes soon), one grown past the output cap goes at once, and all go when the run ends."""
+    """JAX's persistent compilation cache of each train run: an empty folder of its own
+    (`<root>/<commit>-<n>/`), writable only inside that run's walls and removed when it ends. Every
+    scored run compiles cold, so a baseline and a candidate's first run pay the same compile time
+    out of the same budget (with a cache per commit, baselines 2-4 reused the start's while a
+    candidate compiled cold), and no run can leave anything (compiled code, or weights) for the next."""
 
-    KEEP = 4
-
-    def __init__(self, root: Path, max_mb: float):
+    def __init__(self, root: Path):
         self.root = Path(root)
-        self.max_bytes = int(max_mb * 2**20)
-        self._lock = threading.Lock()
-        self._in_use: dict[str, int] = {}
+        self._count = itertools.count(1)
 
     @contextmanager
     def use(self, commit: str):
-        path = self.root / commit
-        with self._lock:
-            path.mkdir(parents=True, exist_ok=True)
-            os.utime(path)
-            self._in_use[commit] = self._in_use.get(commit, 0) + 1
+        path = self.root / f"{commit}-{next(self._count)}"
+        shutil.rmtree(path, ignore_errors=True)  # (a folder a killed daemon left under this name)
+        path.mkdir(parents=True)
         try:
             yield path
         finally:
-            with self._lock:
-                self._in_use[commit] -= 1
-                if not self._in_use[commit]:
-                    del self._in_use[commit]
-                    if processes.tree_size(path) > self.max_bytes:
-                        log.warning("JAX compilation cache of %s grew past %.0f MB: removed", commit[:7],
-                                    self.max_bytes / 2**20)
-                        shutil.rmtree(path, ignore_errors=True)
-                self._prune()
-
-    def _prune(self) -> None:
-        idle = [p for p in self.root.iterdir() if p.is_dir() and p.name not in self._in_use]
-        idle.sort(key=lambda p: p.stat().st_mtime, reverse=True)
-        for stale in idle[self.KEEP:]:
-            shutil.rmtree(stale, ignore_errors=True)
+            shutil.rmtree(path, ignore_errors=True)
 
     def remove(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
