@@ -1,14 +1,24 @@
 """Verdicts and throughput figures cached on disk, so `backend="auto"` never re-verifies.
 
-A record's key is the backend's content hash (the translation file, or the third-party package's
-version), the versions of the packages that decide its behaviour, the env id and the verifier's own
-source: change any of them and the old verdict no longer applies.
+A record's key is everything that decides it: the backend's content hash (the translation file,
+or the third-party package's version; a Rust translation's with rustc's version), the env id, the
+interpreter, the versions of the packages that decide its behaviour (jax and jaxlib with their CUDA
+plugins, torch, the physics engines), and the source of every module of envs_fast that is not a
+translation (the verifier, the gate, the bench and throughput code, this file). A throughput
+record's key adds the machine (CPU model and count, GPUs): a figure measured on another machine is
+no figure here. Change any of them and the old record no longer applies.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from importlib import metadata
@@ -18,10 +28,18 @@ from envs_fast.protocol import file_hash, is_file_spec, is_rust_spec, sync_compa
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CACHE_ENV_VAR = "AUTORL_VERIFY_CACHE"
-PACKAGES = ("jax", "jaxlib", "gymnasium", "numpy", "scipy", "envpool", "gymnax", "box2d-py", "box2d", "mujoco")
-VERIFIER_SOURCES = ("verify/*.py", "probes.py", "stats.py", "vector.py", "protocol.py", "backend.py", "gymnax_backend.py",
-                    "jax_batched.py", "adapter.py", "rust_build.py", "rust_backend.py",
-                    "rust_vector.py")  # glob patterns under envs_fast/
+PACKAGES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
+            "gymnasium", "numpy", "scipy", "torch", "envpool", "gymnax", "box2d-py", "box2d", "mujoco", "mujoco-mjx")
+# A translation is `<env slug>.py`, `<env slug>.rs` or `<env slug>_sync.py` (slugs end in _v<N>); every
+# other module of envs_fast decides verdicts or figures, so its source is in every key.
+TRANSLATION_NAME = re.compile(r"^[a-z0-9_]+_v\d+(_sync)?$")
+
+
+def decisive_sources(package_dir: Path | None = None) -> list[Path]:
+    """The modules of envs_fast whose source is part of every record's key: all but the translations."""
+    package_dir = package_dir or PACKAGE_DIR
+    found = list(package_dir.glob("*.py")) + list(package_dir.glob("verify/*.py"))
+    return sorted(p for p in found if not TRANSLATION_NAME.match(p.stem))
 
 
 def cache_dir() -> Path:
@@ -55,36 +73,68 @@ def package_versions() -> dict[str, str]:
 
 def _verifier_hash() -> str:
     digest = hashlib.sha256()
-    for pattern in VERIFIER_SOURCES:
-        for path in sorted(PACKAGE_DIR.glob(pattern)):
-            digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode())
-            digest.update(path.read_bytes())
+    for path in decisive_sources():
+        digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode())
+        digest.update(path.read_bytes())
     return digest.hexdigest()
+
+
+def interpreter() -> str:
+    return f"{platform.python_implementation()} {sys.version}"
+
+
+@functools.lru_cache(maxsize=None)
+def machine() -> dict:
+    """What a throughput figure was measured on: the CPU model and count, and the GPUs."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.lower().startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    gpus = ""
+    if shutil.which("nvidia-smi"):
+        try:
+            gpus = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                  text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            gpus = "nvidia-smi failed"
+    return {"cpu": model, "cpus": os.cpu_count(), "arch": platform.machine(), "gpus": gpus}
 
 
 def backend_identity(spec: str, env_id: str) -> str:
     """Content hash for a file spec; the package version for envpool/gymnax/reference."""
-    if is_rust_spec(spec):  # the translation and its state-sync companion decide the verdict together
+    if is_rust_spec(spec):  # the translation, its state-sync companion and the compiler decide together
+        from envs_fast.rust_toolchain import rustc_available, rustc_version
+
         companion = sync_companion(spec)
-        return "file:" + file_hash(spec) + (":" + file_hash(companion) if companion.is_file() else "")
+        rustc = rustc_version() if rustc_available() else "no rustc"
+        return "file:" + file_hash(spec) + (":" + file_hash(companion) if companion.is_file() else "") + ":" + rustc
     if is_file_spec(spec):
         return "file:" + file_hash(spec)
     package = {"reference": "gymnasium"}.get(spec, spec)
     return f"{spec}:{package_versions().get(package, 'missing')}"
 
 
-def record_key(spec: str, env_id: str) -> str:
-    payload = json.dumps(
-        {"backend": backend_identity(spec, env_id), "env_id": env_id, "versions": package_versions(),
-         "verifier": _verifier_hash()},
-        sort_keys=True,
-    )
+def key_inputs(spec: str, env_id: str, kind: str = "verdict") -> dict:
+    """Everything a record of `kind` ("verdict" or "bench") depends on."""
+    inputs = {"backend": backend_identity(spec, env_id), "env_id": env_id, "versions": package_versions(),
+              "python": interpreter(), "envs_fast": _verifier_hash()}
+    if kind == "bench":
+        inputs["machine"] = machine()
+    return inputs
+
+
+def record_key(spec: str, env_id: str, kind: str = "verdict") -> str:
+    payload = json.dumps(key_inputs(spec, env_id, kind), sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
 def record_name(kind: str, spec: str, env_id: str) -> str:
     """The file name of a record ("verdict" or "bench") in any cache directory."""
-    return f"{kind}-{record_key(spec, env_id)}.json"
+    return f"{kind}-{record_key(spec, env_id, kind)}.json"
 
 
 def _path(kind: str, spec: str, env_id: str) -> Path:

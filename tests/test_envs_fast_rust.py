@@ -14,7 +14,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from envs_fast import rust_build
+from envs_fast import rust_build, rust_toolchain
 from envs_fast.protocol import BackendError, BuildError
 from envs_fast.rust_backend import load_rust
 from envs_fast.rust_build import build, rustc_available
@@ -81,7 +81,7 @@ def test_compile_error_is_a_build_error_with_rustcs_message(tmp_path):
 
 
 def test_missing_rustc_is_one_clear_line(monkeypatch):
-    monkeypatch.setattr(rust_build.shutil, "which", lambda name: None)
+    monkeypatch.setattr(rust_toolchain.shutil, "which", lambda name: None)
     assert not rustc_available()
     with pytest.raises(BackendError, match=r"^rustc not found on PATH: .*rustup\.rs\)$"):
         build(EXAMPLES["CartPole-v1"])

@@ -1,0 +1,126 @@
+"""A cached verdict or figure applies only where everything that decided it is unchanged, and only the
+daemon writes the user-level cache that runs share."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from envs_fast import cache
+from orchestrator.usercache import SIGNATURE, UserCache
+
+ENV = "CartPole-v1"
+
+
+@pytest.fixture
+def run_cache(tmp_path, monkeypatch):
+    folder = tmp_path / "verify-cache"
+    monkeypatch.setenv(cache.CACHE_ENV_VAR, str(folder))
+    return folder
+
+
+def test_the_decisive_sources_are_every_module_of_envs_fast_but_the_translations():
+    names = {p.relative_to(cache.PACKAGE_DIR).as_posix() for p in cache.decisive_sources()}
+    # what the review found left out: the report, XLA's options, the gate, the cache, the bench and throughput code
+    assert {"report.py", "compiling.py", "gate.py", "cache.py", "bench.py", "throughput.py", "__init__.py",
+            "verify/interactions.py"} <= names
+    assert not {"cartpole_v1.py", "cartpole_v1_sync.py", "pendulum_v1.py", "acrobot_v1_sync.py"} & names
+
+
+def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(run_cache, tmp_path, monkeypatch):
+    translation = tmp_path / "cartpole_v1.py"
+    shutil.copyfile(cache.PACKAGE_DIR / "cartpole_v1.py", translation)
+    cache.store_verdict(str(translation), ENV, [1, 2, 3], True, "passed")
+    assert cache.cached_verdict(str(translation), ENV)["passed"]
+
+    def fresh_after(change) -> None:
+        with monkeypatch.context() as m:
+            change(m)
+            assert cache.cached_verdict(str(translation), ENV) is None
+        assert cache.cached_verdict(str(translation), ENV) is not None   # and back as it was
+
+    versions = cache.package_versions()
+    fresh_after(lambda m: m.setattr(cache, "package_versions", lambda: {**versions, "jaxlib": "99.0"}))
+    fresh_after(lambda m: m.setattr(cache, "package_versions", lambda: {**versions, "jax-cuda12-plugin": "0.10.2"}))
+    fresh_after(lambda m: m.setattr(cache, "interpreter", lambda: "CPython 3.13.0"))
+    fresh_after(lambda m: m.setattr(cache, "backend_identity", lambda spec, env: "file:another"))
+    # a module that decides verdicts (the report, the gate, ...) edited: its own copy of envs_fast
+    package = tmp_path / "envs_fast"
+    shutil.copytree(cache.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
+
+    with monkeypatch.context() as m:
+        m.setattr(cache, "PACKAGE_DIR", package)
+        assert cache.cached_verdict(str(translation), ENV) is not None   # the same sources: the same key
+        for module in ("report.py", "gate.py", "throughput.py", "verify/interactions.py"):
+            original = (package / module).read_text()
+            (package / module).write_text(original + "\n# changed\n")
+            assert cache.cached_verdict(str(translation), ENV) is None, module
+            (package / module).write_text(original)
+    # a translation is not in the key of another backend's record: editing one leaves the others' records
+    with monkeypatch.context() as m:
+        m.setattr(cache, "PACKAGE_DIR", package)
+        (package / "pendulum_v1.py").write_text((package / "pendulum_v1.py").read_text() + "\n# changed\n")
+        assert cache.cached_verdict(str(translation), ENV) is not None
+
+
+def test_a_rust_verdict_depends_on_the_compiler(run_cache, monkeypatch):
+    from envs_fast import rust_toolchain
+
+    rust = cache.PACKAGE_DIR / "cartpole_v1.rs"
+    monkeypatch.setattr(rust_toolchain, "rustc_available", lambda: True)
+    monkeypatch.setattr(rust_toolchain, "rustc_version", lambda: "rustc 1.80.0")
+    cache.store_verdict(str(rust), ENV, [1, 2, 3], True, "passed")
+    assert cache.cached_verdict(str(rust), ENV) is not None
+    monkeypatch.setattr(rust_toolchain, "rustc_version", lambda: "rustc 1.91.0")
+    assert cache.cached_verdict(str(rust), ENV) is None
+
+
+def test_a_throughput_figure_belongs_to_the_machine_it_was_measured_on(run_cache, monkeypatch):
+    cache.store_throughput("reference", ENV, 8, 12345.0)
+    assert cache.cached_throughput("reference", ENV, 8) == 12345.0
+    here = cache.machine()
+    monkeypatch.setattr(cache, "machine", lambda: {**here, "gpus": "NVIDIA H100 80GB HBM3"})
+    assert cache.cached_throughput("reference", ENV, 8) is None
+    monkeypatch.setattr(cache, "machine", lambda: {**here, "cpu": "another CPU"})
+    assert cache.cached_throughput("reference", ENV, 8) is None
+    # a verdict does not depend on the machine
+    cache.store_verdict("reference", ENV, [1], True, "ok")
+    monkeypatch.setattr(cache, "machine", lambda: here)
+    assert cache.cached_verdict("reference", ENV) is not None
+
+
+def test_only_what_the_daemon_signed_leaves_the_user_cache(tmp_path, caplog):
+    user_root, run = tmp_path / "user" / "verify", tmp_path / "run-cache"
+    run.mkdir()
+    user = UserCache(user_root, run)
+    (run / "verdict-a.json").write_text(json.dumps({"passed": True}))
+    assert user.keep("verdict-a.json") and (user_root / ("verdict-a.json" + SIGNATURE)).is_file()
+    assert oct(user.key_path.stat().st_mode & 0o777) == "0o600"
+    (run / "verdict-a.json").unlink()
+    assert user.lend("verdict-a.json") and json.loads((run / "verdict-a.json").read_text())["passed"]
+    # train.py without a sandbox writes a passing verdict straight into the user cache: never lent
+    (user_root / "verdict-forged.json").write_text(json.dumps({"passed": True}))
+    assert not user.lend("verdict-forged.json") and not (run / "verdict-forged.json").exists()
+    assert "no valid signature" in caplog.text
+    # a signed record changed afterwards, or a signature copied from another record: not lent either
+    (user_root / "verdict-a.json").write_text(json.dumps({"passed": True, "summary": "edited"}))
+    assert not user.lend("verdict-a.json")
+    shutil.copyfile(user_root / ("verdict-a.json" + SIGNATURE), user_root / ("verdict-forged.json" + SIGNATURE))
+    assert not user.lend("verdict-forged.json")
+    # figures: written signed by the daemon, read only when signed
+    user.write("bench-b.figures.json", {"train_sps": 1000.0}, "bench/here")
+    assert UserCache(user_root, run).read("bench-b.figures.json", "bench/here") == {"train_sps": 1000.0}
+    (user_root / "bench" / "here" / "bench-b.figures.json").write_text(json.dumps({"train_sps": 1e9}))
+    assert user.read("bench-b.figures.json", "bench/here") == {}
+    # a Rust library: kept signed, lent; replaced behind the daemon's back, refused
+    built = run / "rust" / "abc-123"
+    built.mkdir(parents=True)
+    (built / "libcartpole_v1.so").write_bytes(b"\x7fELF built by the daemon")
+    assert user.keep_library("abc-123")
+    shutil.rmtree(built)
+    assert user.lend_library("abc-123") and (built / "libcartpole_v1.so").read_bytes().endswith(b"daemon")
+    shutil.rmtree(built)
+    (user_root / "rust" / "abc-123" / "libcartpole_v1.so").write_bytes(b"\x7fELF written by train.py")
+    assert not user.lend_library("abc-123") and not built.exists()
