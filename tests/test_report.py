@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import logging
 import os
 import re
@@ -36,26 +37,47 @@ def test_iqm_is_the_mean_of_the_middle_half():
     assert report.iqm([1.0, 2.0, 3.0, 100.0]) == pytest.approx(2.5)
 
 
-def test_bootstrap_ci_of_the_difference_of_means():
-    rng = np.random.default_rng(7)
-    before, after = rng.normal(100.0, 20.0, 100), rng.normal(112.0, 25.0, 80)
-    low, high = report.diff_ci(before, after, seed=0)
+def test_the_gain_ci_counts_seed_noise(tmp_path):
+    """A night whose seeds differ a lot: each baseline run's 100 episodes sit tight around its own
+    mean (-300 and +100 apart), the best's runs too. Pooling episodes gave a narrow interval far
+    from zero; with the seeds as units the interval is as wide as the seeds say, and holds zero."""
+    rng = np.random.default_rng(3)
+    folder = RunFolder(tmp_path / "results" / "seedy")
+    folder.path.mkdir(parents=True)
+    folder.config.write_text(json.dumps({"tag": "seedy", "env_id": "Pendulum-v1", "budget_s": 15, "train_seeds": [1, 2],
+                                         "confirm_seed": 2, "created": "2026-11-25T22:00:00Z"}))
+    results = ResultsFile(folder.results)
+    results.create()
 
-    # The same as scipy's own percentile bootstrap with the same generator ...
-    expected = scipy.stats.bootstrap((after, before), lambda x, y, axis: x.mean(axis) - y.mean(axis),
-                                     vectorized=True, method="percentile", n_resamples=10_000,
-                                     rng=np.random.default_rng(0)).confidence_interval
-    assert (low, high) == pytest.approx((expected.low, expected.high), rel=1e-12)
-    # ... close to a hand-written numpy bootstrap, and around the observed difference.
-    gen = np.random.default_rng(1)
-    diffs = (after[gen.integers(0, after.size, (20_000, after.size))].mean(1)
-             - before[gen.integers(0, before.size, (20_000, before.size))].mean(1))
-    manual = np.percentile(diffs, [2.5, 97.5])
-    assert low == pytest.approx(manual[0], abs=0.6) and high == pytest.approx(manual[1], abs=0.6)
-    assert low < after.mean() - before.mean() < high
-    # Degenerate samples (every episode 500.0) give a point; a single episode gives no interval.
-    assert report.diff_ci([500.0] * 10, [500.0] * 10) == (0.0, 0.0)
-    assert all(np.isnan(report.diff_ci([1.0], [2.0, 3.0])))
+    def scored(exp_folder, mean):
+        exp_folder.path.mkdir(parents=True, exist_ok=True)
+        returns = rng.normal(mean, 5.0, 100)
+        exp_folder.eval_json.write_text(json.dumps({"mean": returns.mean(), "se": returns.std() / 10,
+                                                    "returns": returns.tolist()}))
+        return float(returns.mean())
+
+    base = [scored(folder.exp(0).run(1), -500.0), scored(folder.exp(0).run(2), -200.0)]
+    results.append(Row(0, "train", "baseline", "a" * 7, base[0], base[0], description="baseline seed 1"))
+    results.append(Row(0, "train", "baseline", "a" * 7, base[1], sum(base) / 2, description="baseline seed 2"))
+    best = [scored(folder.exp(1), -150.0), scored(folder.exp(1).confirmation(1), -450.0)]
+    results.append(Row(1, "train", "keep", "b" * 7, sum(best) / 2, sum(best) / 2, description="lucky"))
+    night = report.load(folder.path)
+    low, high = night.ci
+    pooled = np.concatenate([json.loads(f.eval_json.read_text())["returns"] for f in
+                             (folder.exp(1), folder.exp(1).confirmation(1))])
+    baseline_pooled = np.concatenate([json.loads(folder.exp(0).run(k).eval_json.read_text())["returns"] for k in (1, 2)])
+    episodes_se = math.sqrt(pooled.var(ddof=1) / pooled.size + baseline_pooled.var(ddof=1) / baseline_pooled.size)
+    assert low < night.gain < high and low < 0.0 < high
+    assert high - low > 20 * 2 * 1.96 * episodes_se   # the episodes alone claim an interval 20x narrower
+    # the interval is the keep rule's: both sides' spread and sigma over 2 pairs of runs (2 df)
+    noise = night.noise_estimate
+    assert noise.df == 2 and (low, high) == pytest.approx(report.seed_ci(base, best, noise.sigma, noise.df))
+    # the page says what the interval is
+    text = report.summary_text(night)
+    assert "over training seeds" in text
+    # degenerate: every run the same score gives a point; no noise measured and one run a side, none
+    assert report.seed_ci([500.0, 500.0], [500.0], 0.0, 1) == (0.0, 0.0)
+    assert all(np.isnan(report.seed_ci([1.0], [2.0], math.nan, 0)))
 
 
 # ---------------------------------------------------------------- a 200-row night, synthetic

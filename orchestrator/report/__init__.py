@@ -4,7 +4,7 @@ The baseline-to-best gain carries a 95% bootstrap CI of the difference of mean e
 computed from the per-episode returns of the trusted harness. `refresh(run_dir)` rewrites the
 files; it never raises (the loop calls it after every row).
 
-  statistics  iqm, diff_ci
+  statistics  iqm, seed_ci
   night       Night: a run folder read once (rows, samples, noise)
   text        the terminal summary
   charts      progress, return distributions, throughput and cost, learning curves
@@ -26,10 +26,10 @@ from .curves import incumbent_of, night_curves
 from .tensorboard import write_events
 from .html import html_page
 from .night import Night, Sample, load
-from .statistics import diff_ci, iqm
+from .statistics import iqm, seed_ci
 from .text import summary_text
 
-__all__ = ["Night", "Sample", "diff_ci", "iqm", "latest_run", "load", "refresh", "summary_text", "write"]
+__all__ = ["Night", "Sample", "iqm", "latest_run", "load", "refresh", "seed_ci", "summary_text", "write"]
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

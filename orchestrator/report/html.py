@@ -9,7 +9,6 @@ from typing import Optional
 
 from ..results import ExpFolder, RunFolder
 from .night import FAILED, Night
-from .statistics import RESAMPLES
 from .text import hours, kept, num, state_line, summary_text
 
 
@@ -86,7 +85,7 @@ def _cards(night: Night) -> str:
         low, high = night.ci
         card(num(night.best_row["score"], ".2f"), f"best: exp {night.best_row['exp']} "
                                                    f"(IQM {num(night.best.iqm if night.best else None, '.2f')})")
-        card(num(night.gain, ".2f", True), f"gain, 95% CI [{num(low, '.2f', True)}, {num(high, '.2f', True)}]",
+        card(num(night.gain, ".2f", True), f"gain, 95% CI over seeds [{num(low, '.2f', True)}, {num(high, '.2f', True)}]",
              "up" if night.gain > 0 else "down")
     experiments = night.rows[night.rows.exp > 0].drop_duplicates("exp", keep="last")
     card(str(len(experiments)), f"experiments ({(experiments.status == 'keep').sum()} kept)")
@@ -200,9 +199,10 @@ def html_page(night: Night, progress: bytes, distributions: Optional[bytes], ove
 · {html.escape(state_line(night))} · written {written}</p>
 {_cards(night)}
 <h2>Summary</h2><pre>{summary}</pre>
-<p class="muted">Gain CI: percentile bootstrap ({RESAMPLES:,} resamples) of the difference of mean episode returns,
-best minus baseline, episodes resampled within each; baseline = both seeds' episodes pooled. IQM: mean of the middle
-50% of episode returns.</p>
+<p class="muted">Gain CI: 95% interval of best minus baseline with training seeds as the units, as the keep rule
+weighs them: each side's seed-to-seed variance is the night's sigma² or its own runs' spread where larger, a Student t
+quantile with Welch's degrees of freedom (episodes within a run are not independent evidence of a gain). IQM: mean of the
+middle 50% of episode returns.</p>
 <h2>Progress</h2>{_img(progress, "progress chart")}
 <h2>Learning curves</h2>{_img(curves, "learning curves") or _muted("no train.log with update lines yet.")}
 {_img(kept_curves, "each kept experiment beside the incumbent it beat")}

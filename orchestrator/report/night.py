@@ -18,7 +18,7 @@ from ..daemon import lock_holder
 from ..inflight import recorded
 from ..results import ExpFolder, ResultsFile, RunFolder, read_json
 from ..keep_rule import Noise, night_noise
-from .statistics import diff_ci, iqm
+from .statistics import iqm, seed_ci
 
 FAILED = ("crash", "timeout", "invalid", "interrupted")
 
@@ -30,6 +30,7 @@ class Sample:
     exp: Optional[int]
     returns: np.ndarray
     runs: int
+    run_scores: list = field(default_factory=list)   # each run's mean return: one per training seed
 
     @property
     def mean(self) -> float:
@@ -94,10 +95,13 @@ class Night:
 
     @cached_property
     def ci(self) -> tuple[float, float]:
-        """95% bootstrap CI of best minus baseline, over episodes."""
-        if self.baseline is None or self.best is None:
+        """95% CI of best minus baseline with training seeds as the units (the keep rule's noise): a
+        bootstrap over pooled episodes ignored seed-to-seed variation, far too narrow for a decision."""
+        if self.baseline is None or self.best is None or self.noise_estimate is None:
             return math.nan, math.nan
-        return diff_ci(self.baseline.returns, self.best.returns)
+        noise = self.noise_estimate
+        return seed_ci(self.baseline.run_scores, self.best.run_scores, noise.sigma if noise.df else math.nan,
+                       noise.df)
 
 
 def _returns(folder: ExpFolder) -> Optional[np.ndarray]:
@@ -121,7 +125,7 @@ def _pooled(label: str, exp: Optional[int], folders: list[ExpFolder]) -> Optiona
     parts = [r for r in (_returns(f) for f in folders) if r is not None]
     if not parts:
         return None
-    return Sample(label, exp, np.concatenate(parts), len(parts))
+    return Sample(label, exp, np.concatenate(parts), len(parts), [float(p.mean()) for p in parts])
 
 
 def load(run_dir: Path) -> Night:

@@ -1,13 +1,11 @@
-"""The report's statistics: the interquartile mean and a bootstrap CI of a difference of means."""
+"""The report's statistics: the interquartile mean and the CI of a gain over training seeds."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 
 CONFIDENCE = 0.95
-RESAMPLES = 10_000
 
 
 def iqm(values) -> float:
@@ -18,22 +16,31 @@ def iqm(values) -> float:
     return float(trim_mean(values, 0.25)) if values.size else math.nan
 
 
-def diff_ci(before, after, confidence: float = CONFIDENCE, n_resamples: int = RESAMPLES,
-            seed: int = 0) -> tuple[float, float]:
-    """Percentile bootstrap CI of mean(after) - mean(before), episodes resampled independently
-    within each sample (scipy.stats.bootstrap). (nan, nan) when a sample has < 2 episodes."""
-    from scipy.stats import bootstrap
+def seed_ci(before: list[float], after: list[float], sigma: float, df: int,
+            confidence: float = CONFIDENCE) -> tuple[float, float]:
+    """CI of mean(after) - mean(before) with training seeds as the units: `before` and `after` are
+    the scores of each side's runs (one per seed), as the keep rule weighs them: each side's variance
+    the night's sigma^2 (with its df), or its own runs' sample variance where that is larger (n - 1
+    df), a Student t quantile with Welch-Satterthwaite's df. (nan, nan) without a measure of seed
+    noise (no pair of runs yet, and neither side has two runs)."""
+    from scipy.stats import t as student_t
 
-    a, b = np.asarray(before, dtype=float), np.asarray(after, dtype=float)
-    if a.size < 2 or b.size < 2:
-        return math.nan, math.nan
+    from ..keep_rule import welch_df
 
-    def difference(x, y, axis=-1):
-        return np.mean(x, axis=axis) - np.mean(y, axis=axis)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # degenerate samples (every episode 500.0) are fine here
-        result = bootstrap((b, a), difference, vectorized=True, paired=False, confidence_level=confidence,
-                           n_resamples=n_resamples, method="percentile", rng=np.random.default_rng(seed))
-    low, high = result.confidence_interval
-    return float(low), float(high)
+    parts = []
+    for scores in (before, after):
+        n = len(scores)
+        if n == 0:
+            return math.nan, math.nan
+        mean = sum(scores) / n
+        own = sum((x - mean) ** 2 for x in scores) / (n - 1) if n > 1 else math.nan
+        night = sigma * sigma if sigma == sigma else math.nan
+        if n > 1 and not (own <= night):  # (a nan night: its own spread is all there is)
+            parts.append((own / n, n - 1))
+        elif night == night:
+            parts.append((night / n, df))
+        else:
+            return math.nan, math.nan
+    difference = sum(after) / len(after) - sum(before) / len(before)
+    half = float(student_t.ppf(0.5 + confidence / 2, welch_df(parts))) * math.sqrt(sum(v for v, _ in parts))
+    return difference - half, difference + half

@@ -72,7 +72,7 @@ def summary_text(night: Night) -> str:
         lines.append(f"  best     {num(b['score'], '.2f'):>10}   IQM {iqm_text}   exp {b['exp']}, "
                      f"commit {b['commit']}")
         lines.append(f"  gain     {num(night.gain, '.2f', True):>10}   95% CI [{num(low, '.2f', True)}, "
-                     f"{num(high, '.2f', True)}] (bootstrap over episodes, difference of means)")
+                     f"{num(high, '.2f', True)}] (over training seeds: the keep rule's noise, t interval)")
     elif night.best_row is not None:
         lines.append("  best       the baseline (no experiment has beaten it yet)")
     kept_rows = kept(night)
