@@ -515,3 +515,18 @@ def test_the_shipped_connect_four_export_is_what_export_writes(tmp_path):
     assert shipped == written
     for rel in shipped:
         assert (CONNECT_FOUR / rel).read_bytes() == (env_dir / rel).read_bytes(), rel
+
+
+def test_the_nemo_gym_helper_reads_pyproject_without_tomllib():
+    """Python 3.10 has no tomllib (the project allows 3.10): the module falls back to tomli, the same
+    parser, and reads a variant's requirements the same way. tomllib is blocked in a fresh process."""
+    code = ("import sys; sys.modules['tomllib'] = None\n"
+            "from orchestrator.export import real_nemo_gym as m\n"
+            "assert m.tomllib.__name__ == 'tomli', m.tomllib\n"
+            "print(m.requirements_of('[project]\\ndependencies = [\"numpy\"]\\n"
+            "[project.optional-dependencies]\\nnemo-gym = [\"fastapi\"]\\n'))")
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    from orchestrator.export.real_nemo_gym import EXTRA
+    assert EXTRA == "nemo-gym" and proc.stdout.strip() == "['numpy', 'fastapi']"

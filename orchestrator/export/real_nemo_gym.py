@@ -27,7 +27,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10 (the project allows it): the same parser, as the tomli package
+    import tomli as tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from string import Template
