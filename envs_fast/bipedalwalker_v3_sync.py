@@ -149,7 +149,10 @@ def proxies(u):
         for body in bodies:
             tight = _aabb(body.fixtures[0].GetAABB(0))
             fits = [node for node, box in nodes.items() if node not in edges and _contains(box, tight)]
-            fits = [node for node in fits if leaf.setdefault(node, _is_leaf(bp, node))]
+            for node in fits:
+                if node not in leaf:
+                    leaf[node] = _is_leaf(bp, node)
+            fits = [node for node in fits if leaf[node]]
             candidates.append(fits)
         area = lambda node: (float(nodes[node][2]) - float(nodes[node][0])) * (float(nodes[node][3]) - float(nodes[node][1]))  # noqa: E731
         found = list(_matchings(candidates))

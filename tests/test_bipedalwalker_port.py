@@ -354,3 +354,28 @@ def test_port_rollout_follows_the_reference(port, policy, seed, steps):
         if ref_terminated:
             break
     assert t >= min(steps - 1, 250)
+
+
+def test_sleeping_matches(port):
+    """Box2D puts the island to sleep after 0.5 s below its sleep tolerances (velocities zeroed)
+    and gymnasium's motor-speed writes wake it each step. A walker only lies that still after its
+    episode ended, so the reference is stepped on past termination: the port, synced once just after
+    reset (every body moving, so every sleep timer at 0, as the sync reads them), falls asleep on the
+    same step."""
+    env = gym.make(ENV_ID)
+    env.reset(seed=0)
+    u = env.unwrapped
+    state = port._batched_state(np.array(sync.state_from_reference(env))[None])
+    action = np.array([1, 0, 1, 0], np.float32)  # hips pushed to their limit, knees free
+    asleep = []
+    for t in range(600):
+        out, state, reward, terminated = port.step(np.array([t]), state, np.asarray(action, np.float64)[None])
+        ref_obs, ref_reward, ref_terminated, _, _ = u.step(action)
+        np.testing.assert_allclose(np.asarray(out[0], np.float64), ref_obs, rtol=0, atol=OBS_TOLERANCE, err_msg=f"step {t}")
+        port_awake = bool(np.asarray(state.hull_awake)[0])
+        assert port_awake == u.hull.awake, t
+        if not u.hull.awake:
+            asleep.append(t)
+            if len(asleep) > 5:
+                break
+    assert asleep  # the reference did sleep, and the port with it
