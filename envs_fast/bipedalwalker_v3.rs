@@ -11,6 +11,19 @@
 //!   b2Distance's GJK) and b2Island::SolveTOI's sub-steps.
 //! The batched C ABI is documented in envs_fast/rust_backend.py; the framework auto-resets finished
 //! envs and applies the 1600-step time limit.
+//!
+//! State (f64 per env, names from autorl_state_fields; bipedalwalker_v3_sync.py reads and writes it):
+//!   game_over, ground_contact1, ground_contact3 (legs[1], legs[3]), prev_shaping, contact_count;
+//!   per body (hull, leg0, lower0, leg1, lower1): sweep centre cx, cy, angle, vx, vy, w, awake,
+//!     sleep_time, the broad-phase's fat AABB (fat_lx, fat_ly, fat_ux, fat_uy) and proxy id;
+//!   per joint (gymnasium's order): accumulated impulse x, y, z (limit) and motor impulse;
+//!   terrain_y0..199 (gymnasium's heights; x is i * TERRAIN_STEP), edge_proxy0..198;
+//!   48 contact slots in b2World's list order (head first): segment, body, touching, enabled, and
+//!     the manifold (points, type, local normal and point, per point: local point, normal and
+//!     tangent impulse, feature id).
+//! Reset draws the terrain with this file's RNG (not numpy's stream: the ABI's seeds are u64) and
+//! gives proxy ids as a fresh b2World would; step reads everything it needs from the state.
+//! Hardcore terrain (stumps, stairs, pits) is not ported.
 use std::os::raw::c_char;
 
 // ---------------------------------------------------------------- the environment's constants

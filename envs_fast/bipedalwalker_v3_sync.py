@@ -19,11 +19,17 @@ What pybox2d lets us read, and what it does not:
   stepped, a walker that has stood still for a while may fall asleep in the reference a step earlier
   than in the port.
 
-Writing back (`state_to_reference`) can set terrain (the world's edges are rebuilt in gymnasium's
-order when the heights differ), body transforms and velocities, flags and prev_shaping, and the
-impulses of contacts the reference already has with the same points. It cannot write joint
-impulses, create contacts, or choose proxy ids: verification therefore steps both sides from
-`state_from_reference` read back after `state_to_reference` (what the reference really holds).
+Writing back (`state_to_reference`) sets terrain (the world's edges are rebuilt in gymnasium's
+order when the heights differ), body poses and velocities, the awake flags, game_over, the leg
+ground flags and prev_shaping. What the reference derives itself it cannot set as written: joint
+impulses (no setter: the joints are recreated, so they read 0), the contact list (contacts are
+destroyed and found again by the broad-phase; the written manifolds and warm-start impulses are put
+back where the same (segment, body) pair has a contact, then one Collide pass updates them for the
+written pose as Box2D would), fat AABBs and proxy ids. All of that is a function of the written
+state (writing one state after any history gives the same world), so the reference is
+deterministic from a written state; those fields are READ_ONLY_FIELDS, which the verifier's round
+trip leaves out, and both sides step from what state_from_reference reads back after the write.
+A state holds at most MAX_CONTACTS contacts (the scene has about 15); a larger list is cut.
 """
 from __future__ import annotations
 
