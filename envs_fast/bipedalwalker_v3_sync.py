@@ -9,8 +9,9 @@ What pybox2d lets us read, and what it does not:
   manifolds with their feature ids and warm-start impulses, touching/enabled flags;
 - broad-phase: pybox2d exposes neither the fixtures' proxy ids nor the tree. Edge proxy ids are
   found by matching each edge's (static, exactly computable) fat AABB against
-  broadPhase.GetFatAABB(id) over the tree's nodes. A walker body's proxy id is learnt for certain by
-  state_to_reference (see _place_bodies) and kept on the body object; before that, a read takes
+  broadPhase.GetFatAABB(id) over the tree's nodes. A walker body's proxy id is known for certain
+  after state_to_reference (a fresh proxy's fat AABB is exact too) and kept on the body object;
+  otherwise a read takes
   the leaves whose fat AABB contains the body's swept AABB (see `proxies`): exact unless two legs
   overlap so closely that either leaf would do, where the guess can swap them;
 - NOT readable: each body's sleep timer (m_sleepTime). It is reported as 0, which is exact after
@@ -19,24 +20,23 @@ What pybox2d lets us read, and what it does not:
   stepped, a walker that has stood still for a while may fall asleep in the reference a step earlier
   than in the port.
 
-Writing back (`state_to_reference`) sets terrain (the world's edges are rebuilt in gymnasium's
-order when the heights differ), body poses and velocities, the awake flags, game_over, the leg
-ground flags and prev_shaping. What the reference derives itself it cannot set as written: joint
-impulses (no setter: the joints are recreated, so they read 0), the contact list (contacts are
-destroyed and found again by the broad-phase; the written manifolds and warm-start impulses are put
-back where the same (segment, body) pair has a contact, then one Collide pass updates them for the
-written pose as Box2D would), fat AABBs and proxy ids. All of that is a function of the written
-state (writing one state after any history gives the same world), so the reference is
-deterministic from a written state; those fields are READ_ONLY_FIELDS, which the verifier's round
-trip leaves out, and both sides step from what state_from_reference reads back after the write.
-A state holds at most MAX_CONTACTS contacts (the scene has about 15); a larger list is cut.
+Writing back (`state_to_reference`) rebuilds the reference's world from the state, as gymnasium
+builds one (a new b2World: terrain, then the walker with its joints), so what the reference derives
+itself is a function of the written state, whatever came before: proxy ids and fat AABBs are a
+fresh world's, joint impulses start at 0 (not writable in pybox2d), contacts are found by the
+broad-phase, the written manifolds and warm-start impulses are put on the contacts of the same
+(segment, body) pairs and one Collide pass brings them to the written pose, sleep timers start at
+0. Those fields are READ_ONLY_FIELDS: the verifier's round trip leaves them out, and both sides
+step from what state_from_reference reads back after the write. A state holds at most
+MAX_CONTACTS contacts (the scene has about 15); a larger list is cut.
 """
 from __future__ import annotations
 
 import math
 
 import numpy as np
-from Box2D.b2 import revoluteJointDef
+from Box2D.b2 import revoluteJointDef, world as b2world
+from gymnasium.envs.box2d.bipedal_walker import FPS, HULL_FD, LEG_FD, LOWER_FD, TERRAIN_STEP, ContactDetector
 
 TERRAIN_LENGTH = 200
 EDGES = TERRAIN_LENGTH - 1
@@ -173,23 +173,6 @@ def proxies(u):
     return edge_ids, walker
 
 
-def _place_bodies(u, poses) -> None:
-    """Put each walker body at its (position, angle) through a detour far away: SetTransform there
-    re-inserts its proxy's leaf, the only node lying wholly out there (so its id is certain), and
-    SetTransform back re-inserts it again, its fat AABB then its pose's widened by b2_aabbExtension
-    whatever it was before."""
-    bp = u.world.contactManager.broadPhase
-    for b, (body, (position, angle)) in enumerate(zip(_bodies(u), poses)):
-        x0 = -1000.0 - 50.0 * b
-        body.transform = ((x0, -1000.0), angle)
-        for node in range(_node_capacity(bp)):
-            box = _aabb(bp.GetFatAABB(node))
-            if x0 - 10 <= box[0] and box[2] <= x0 + 10 and -1010 <= box[1] and box[3] <= -990:
-                body._autorl_proxy = node
-                break
-        body.transform = (position, angle)
-
-
 def state_from_reference(env):
     u = env.unwrapped
     s = [0.0] * STATE_SIZE
@@ -230,83 +213,82 @@ def state_from_reference(env):
     return [float(v) for v in s]
 
 
-def _rebuild_terrain(u, terrain_y) -> None:
-    """Replace the world's edges by the segments of `terrain_y`, created as gymnasium creates them."""
-    world = u.world
-    listener = world.contactListener
-    world.contactListener = None  # destroying touching contacts must not fire EndContact
-    for body in u.terrain:
-        world.DestroyBody(body)
-    u.terrain = []
-    u.terrain_y = [float(y) for y in terrain_y]
-    u.terrain_x = [i * (14 / 30.0) for i in range(TERRAIN_LENGTH)]
-    u.terrain_poly = []
-    for i in range(EDGES):
-        poly = [(u.terrain_x[i], u.terrain_y[i]), (u.terrain_x[i + 1], u.terrain_y[i + 1])]
-        u.fd_edge.shape.vertices = poly
-        body = world.CreateStaticBody(fixtures=u.fd_edge)
-        body.color1 = body.color2 = (76, 255, 76)
-        u.terrain.append(body)
-        u.terrain_poly.append((poly + [(poly[1][0], 0), (poly[0][0], 0)], (102, 153, 76)))
-    u.terrain.reverse()
-    u.drawlist = u.terrain + u.legs + [u.hull]
-    world.contactListener = listener
+def _pose(body_fixture_center, s, o):
+    """(position, angle) of the body whose sweep centre and angle are s[o:o+3] (b2Body keeps
+    c = xf.p + R(angle) * localCenter; inverted in float32 as SynchronizeTransform computes it)."""
+    cx, cy, angle = F32(s[o]), F32(s[o + 1]), F32(s[o + 2])
+    lx, ly = F32(body_fixture_center[0]), F32(body_fixture_center[1])
+    sin, cos = F32(math.sin(angle)), F32(math.cos(angle))  # b2Rot::Set in float32
+    return (float(cx - (cos * lx - sin * ly)), float(cy - (sin * lx + cos * ly))), float(angle)
 
 
-def _recreate_joints(u) -> None:
-    """Destroy and recreate the 4 revolute joints in gymnasium's order (so the world's and the bodies'
-    joint lists are as gymnasium made them): accumulated impulses 0, limits inactive."""
-    world = u.world
-    specs = []
-    for joint in u.joints:
-        # copies: pybox2d's vectors point into the joint, which is about to be freed
-        specs.append(dict(bodyA=joint.bodyA, bodyB=joint.bodyB, localAnchorA=tuple(joint.GetLocalAnchorA()),
-                          localAnchorB=tuple(joint.GetLocalAnchorB()), referenceAngle=float(joint.GetReferenceAngle()),
-                          enableMotor=True, enableLimit=True, maxMotorTorque=80.0, motorSpeed=float(joint.motorSpeed),
-                          lowerAngle=float(joint.lowerLimit), upperAngle=float(joint.upperLimit)))
-    for joint in u.joints:
-        world.DestroyJoint(joint)
-    u.joints = [world.CreateJoint(revoluteJointDef(**spec)) for spec in specs]
+def _local_centers():
+    """Each walker body's local centre of mass (hull, upper leg, lower leg) from a scratch world."""
+    world = b2world()
+    return [tuple(world.CreateDynamicBody(position=(0, 0), fixtures=fd).localCenter) for fd in (HULL_FD, LEG_FD, LOWER_FD)]
 
 
 def state_to_reference(state, env) -> None:
-    """Write the state into the reference, then make what the reference derives itself a function of
-    what was written (so that writing a state twice gives the same world, whatever came before):
-    joints recreated (impulses 0), every walker contact destroyed, each body's proxy re-inserted
-    (fat AABB from its pose; this also tells its proxy id for certain), contacts found again, the written manifolds put back where the same
-    (terrain segment, body) pair has a contact, and one Collide pass (b2ContactManager::Collide with
-    the listener detached) so that touching flags and manifolds are those of the written pose, with
-    warm-start impulses carried over by feature id as Box2D carries them."""
+    """Rebuild the reference's b2World from the state, as gymnasium builds one: terrain edges, then
+    the hull, each leg and lower leg with their joints, in its order, in a new world (so proxy ids,
+    body, joint and contact lists are those of a fresh world whatever came before: writing a state
+    gives one world). A step of the world with only the terrain in it first, so that the warm-start
+    ratio (m_inv_dt0 * dt) is 1 as in a world that has been stepping. Then the contacts are found
+    (b2ContactManager::FindNewContacts), the written manifolds and warm-start impulses are put on
+    the contacts of the same (segment, body) pairs, and one Collide pass (listener detached) brings
+    manifolds and touching flags to the written pose, carrying impulses by feature id as Box2D does.
+    Joint impulses start at 0 (a joint's are not writable) and sleep timers at 0."""
     u = env.unwrapped
     s = [float(v) for v in state]
-    world = u.world
-    listener = world.contactListener
-    world.contactListener = None
-    terrain_y = s[O_TERRAIN:O_TERRAIN + TERRAIN_LENGTH]
-    if any(F32(a) != F32(b) for a, b in zip(terrain_y, u.terrain_y)):
-        _rebuild_terrain(u, terrain_y)
-        world.contactListener = None
-    manager = world.contactManager
-    for contact in _contact_list(u):
-        manager.Destroy(contact)
-    _recreate_joints(u)
-    poses = []
-    for b, body in enumerate(_bodies(u)):
-        o = O_BODY + b * BODY_FIELDS
-        cx, cy, angle = F32(s[o]), F32(s[o + 1]), F32(s[o + 2])
-        lc = body.localCenter
-        sin, cos = F32(math.sin(angle)), F32(math.cos(angle))  # b2Rot::Set in float32
-        position = (float(cx - (cos * F32(lc[0]) - sin * F32(lc[1]))), float(cy - (sin * F32(lc[0]) + cos * F32(lc[1]))))
-        poses.append((position, float(angle)))
-    _place_bodies(u, poses)  # SetTransform also finds the new contacts (b2ContactManager::FindNewContacts)
-    for b, body in enumerate(_bodies(u)):
-        o = O_BODY + b * BODY_FIELDS
-        # Put to sleep and wake: the only way to set m_sleepTime, to 0, which is what a read reports.
-        body.awake = False
-        body.awake = True
-        body.linearVelocity = (s[o + 3], s[o + 4])
-        body.angularVelocity = s[o + 5]
+    world = b2world()
+    # terrain, as _generate_terrain creates it
+    u.terrain_y = [float(y) for y in s[O_TERRAIN:O_TERRAIN + TERRAIN_LENGTH]]
+    u.terrain_x = [i * TERRAIN_STEP for i in range(TERRAIN_LENGTH)]
+    u.terrain, u.terrain_poly = [], []
+    for i in range(EDGES):
+        poly = [(u.terrain_x[i], u.terrain_y[i]), (u.terrain_x[i + 1], u.terrain_y[i + 1])]
+        u.fd_edge.shape.vertices = poly
+        edge = world.CreateStaticBody(fixtures=u.fd_edge)
+        edge.color1 = edge.color2 = (76, 255 if i % 2 == 0 else 204, 76)
+        u.terrain.append(edge)
+        u.terrain_poly.append((poly + [(poly[1][0], 0), (poly[0][0], 0)], (102, 153, 76)))
+    u.terrain.reverse()
+    world.Step(1.0 / FPS, 6 * 30, 2 * 30)  # nothing moves; m_inv_dt0 becomes 1/dt
+    # the walker, as reset creates it
+    centers = _local_centers()
+    poses = [_pose(centers[kind], s, O_BODY + b * BODY_FIELDS) for b, kind in enumerate((0, 1, 2, 1, 2))]
+    old_joints = [(float(j.GetReferenceAngle()), tuple(j.GetLocalAnchorA()), tuple(j.GetLocalAnchorB()),
+                   float(j.lowerLimit), float(j.upperLimit)) for j in u.joints]
+    u.hull = world.CreateDynamicBody(position=poses[0][0], angle=poses[0][1], fixtures=HULL_FD)
+    u.hull.color1, u.hull.color2 = (127, 51, 229), (76, 76, 127)
+    u.legs, u.joints = [], []
+    for side, i in enumerate([-1, +1]):
+        for part, fixtures in enumerate((LEG_FD, LOWER_FD)):
+            b = 1 + 2 * side + part
+            body = world.CreateDynamicBody(position=poses[b][0], angle=poses[b][1], fixtures=fixtures)
+            body.color1 = (153 - i * 25, 76 - i * 25, 127 - i * 25)
+            body.color2 = (102 - i * 25, 51 - i * 25, 76 - i * 25)
+            body.ground_contact = False
+            reference, anchor_a, anchor_b, lower, upper = old_joints[len(u.joints)]
+            joint = world.CreateJoint(revoluteJointDef(
+                bodyA=u.hull if part == 0 else u.legs[-1], bodyB=body, localAnchorA=anchor_a, localAnchorB=anchor_b,
+                referenceAngle=reference, enableMotor=True, enableLimit=True, maxMotorTorque=80.0,
+                motorSpeed=float(i if part == 0 else 1), lowerAngle=lower, upperAngle=upper))
+            u.legs.append(body)
+            u.joints.append(joint)
+    u.world = world
+    u.drawlist = u.terrain + u.legs + [u.hull]
+    # the new proxies' fat AABBs are still their creation AABBs widened: their ids are certain
+    bp = world.contactManager.broadPhase
+    by_box = {}
+    for node in range(_node_capacity(bp)):
+        by_box.setdefault(_aabb(bp.GetFatAABB(node)), node)
     walker_bodies = _bodies(u)
+    for body in walker_bodies:
+        tight = _aabb(body.fixtures[0].GetAABB(0))
+        fat = (tight[0] - AABB_EXTENSION, tight[1] - AABB_EXTENSION, tight[2] + AABB_EXTENSION, tight[3] + AABB_EXTENSION)
+        body._autorl_proxy = by_box.get(fat, -1)
+    world.contactManager.FindNewContacts()
     wanted = {}
     for k in range(min(int(s[4]), MAX_CONTACTS)):
         o = O_CONTACT + k * CONTACT_FIELDS
@@ -328,10 +310,14 @@ def state_to_reference(state, env) -> None:
             point.normalImpulse = row[12 + 5 * p]
             point.tangentImpulse = row[13 + 5 * p]
             point.id.key = int(row[14 + 5 * p])
-    manager.Collide()
-    for b, body in enumerate(_bodies(u)):
-        body.awake = bool(s[O_BODY + b * BODY_FIELDS + 6])
-    world.contactListener = listener
+    u.world.contactManager.Collide()  # no listener yet: the flags are written below
+    for b, body in enumerate(walker_bodies):
+        o = O_BODY + b * BODY_FIELDS
+        body.linearVelocity = (s[o + 3], s[o + 4])
+        body.angularVelocity = s[o + 5]
+        body.awake = bool(s[o + 6])
+    u.world.contactListener_bug_workaround = ContactDetector(u)
+    u.world.contactListener = u.world.contactListener_bug_workaround
     u.game_over = bool(s[0])
     u.legs[1].ground_contact = bool(s[1])
     u.legs[3].ground_contact = bool(s[2])
