@@ -7,6 +7,13 @@ Rows: `port@N` (autorl_step over N envs, random actions drawn beforehand, finish
 through the resets array, no time limit), `gymnasium` (one reference env, env.step with random
 actions, reset on episode end), `envpool@N` (its BipedalWalker-v3, Box2D 2.4.1, synchronous
 vector env, if installed). Prints one line per row and a JSON line with all figures and ratios.
+
+    .venv/bin/python bench/bipedal_port.py --match 2000 [--seed 0]
+
+Step-match instead of speed: along real gymnasium rollouts (random actions, then gymnasium's
+heuristic walker; episodes reset as they end) the port steps once from each state synced off the
+reference (state_from_reference) with the same action; prints how many steps agree bit for bit and
+the largest observation and reward deviations, per policy.
 """
 import argparse
 import json
@@ -43,13 +50,56 @@ def envpool_runner(num_envs: int, seed: int = 0, chunk: int = 16) -> Runner | No
     return Runner(run_once, env.close)
 
 
+def step_match(steps: int, seed: int) -> dict:
+    import gymnasium as gym
+    import numpy as np
+    from gymnasium.envs.box2d.bipedal_walker import BipedalWalkerHeuristics
+
+    from envs_fast import bipedalwalker_v3_sync as sync
+    from envs_fast.rust_backend import load_rust
+
+    port = load_rust(str(SOURCE), ENV_ID)
+    results = {}
+    for policy in ("random", "heuristic"):
+        env = gym.make(ENV_ID)
+        obs, _ = env.reset(seed=seed)
+        rng = np.random.default_rng(seed)
+        heuristic = BipedalWalkerHeuristics()
+        exact, worst_obs, worst_reward, flag_mismatches, episodes = 0, 0.0, 0.0, 0, 1
+        for _ in range(steps):
+            action = (rng.uniform(-1, 1, 4).astype(np.float32) if policy == "random"
+                      else np.asarray(heuristic.step_heuristic(obs), dtype=np.float32))
+            state = port._batched_state(np.array(sync.state_from_reference(env), dtype=np.float64)[None])
+            out, _, reward, terminated = port.step(np.array([1]), state, np.asarray(action, np.float64)[None])
+            obs, ref_reward, ref_terminated, truncated, _ = env.step(action)
+            deviation = float(np.max(np.abs(np.asarray(out[0], np.float64) - obs)))
+            reward_deviation = abs(float(reward[0]) - float(ref_reward))
+            exact += deviation == 0 and reward_deviation == 0 and bool(terminated[0]) == ref_terminated
+            worst_obs, worst_reward = max(worst_obs, deviation), max(worst_reward, reward_deviation)
+            flag_mismatches += bool(terminated[0]) != ref_terminated
+            if ref_terminated or truncated:
+                obs, _ = env.reset()
+                episodes += 1
+        results[policy] = {"steps": steps, "episodes": episodes, "bit_exact": exact, "max_obs_deviation": worst_obs,
+                           "max_reward_deviation": worst_reward, "terminated_mismatches": flag_mismatches}
+        print(f"{policy:>10}: {exact}/{steps} steps bit-exact over {episodes} episodes, max |obs diff| "
+              f"{worst_obs:.3g}, max |reward diff| {worst_reward:.3g}, terminated mismatches {flag_mismatches}")
+    return results
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=8.0, help="per row, over all rounds")
     parser.add_argument("--envs", default="1,16,64", help="port batch sizes")
     parser.add_argument("--envpool-envs", type=int, default=16)
+    parser.add_argument("--match", type=int, default=0, metavar="STEPS",
+                        help="measure step-match over STEPS synced steps per policy instead of speed")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
+    if args.match:
+        print(json.dumps(step_match(args.match, args.seed)))
+        return 0
     runners = {f"port@{n}": rust_runner(str(SOURCE), ENV_ID, int(n), chunk=4 if int(n) > 16 else 16)
                for n in args.envs.split(",")}
     runners["gymnasium"] = reference_runner(ENV_ID)
