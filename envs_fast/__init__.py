@@ -62,7 +62,7 @@ def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None,
     return JaxVectorEnv(load_functional(spec, env_id, root, verified_only=False), num_envs, seed)
 
 
-def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None) -> str:
+def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None, environment: dict | None = None) -> str:
     """Which backend is fastest for `env_id` at `num_envs` envs among those that may train: the spec
     `make_vec_env(backend="auto")` uses (a translation file path, "gymnax", "envpool" or "reference").
 
@@ -80,8 +80,10 @@ def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None) -
 
     Nothing is verified or measured here, only cached records are read: cheap enough to call when
     every training run starts. Unknown env ids are not checked here (they have no candidates).
+    `environment`: choose as a process there would (the daemon for its Modal containers).
     """
-    return _fastest(env_id, num_envs, [translation_path(env_id, root), translation_path(env_id, root, lang="rust")])
+    return _fastest(env_id, num_envs, [translation_path(env_id, root), translation_path(env_id, root, lang="rust")],
+                    environment)
 
 
 # gymnax and envpool cannot sync state with the reference, so only their return distributions are
@@ -91,19 +93,20 @@ THIRD_PARTY = ("gymnax", "envpool")
 STATISTICAL_MARGIN = 1.25
 
 
-def _fastest(env_id: str, num_envs: int, translations: list[Path]) -> str:
+def _fastest(env_id: str, num_envs: int, translations: list[Path], environment: dict | None = None) -> str:
     from envs_fast import cache
     from envs_fast.gymnax_backend import gymnax_supports
 
     def verdict(spec: str) -> bool | None:
-        record = cache.cached_verdict(spec, env_id)
+        record = cache.cached_verdict(spec, env_id, environment)
         return None if record is None else bool(record.get("passed"))
 
     candidates = []  # in the default order
     candidates += [str(path) for path in translations if path.is_file() and verdict(str(path))]
     if gymnax_supports(env_id) and verdict("gymnax"):
         candidates.append("gymnax")
-    throughput = {spec: cache.cached_throughput(spec, env_id, num_envs) or 0.0 for spec in candidates + ["envpool"]}
+    throughput = {spec: cache.cached_throughput(spec, env_id, num_envs, environment) or 0.0
+                  for spec in candidates + ["envpool"]}
     if any(spec not in THIRD_PARTY for spec in candidates):  # the weaker verification has to pay for itself
         throughput.update({spec: throughput[spec] / STATISTICAL_MARGIN for spec in THIRD_PARTY if spec in throughput})
     # envpool, last in the order, wins only alone or faster than all the others: only then is it worth

@@ -169,6 +169,7 @@ def _result(env_id: str, spec: str, path: str, train_sps: float, single: float, 
         "train_sps": train_sps,
         "ratio": backend / single if backend is not None else None,
         "adapter_ratio": adapter / single if adapter is not None else None,
+        "machine": cache.machine(),   # what the figures were measured on (CPU model and count, GPUs)
     }
 
 
@@ -185,7 +186,9 @@ def format_result(result: dict) -> str:
         ("train_sps", f"  training will see {{:>14,.0f}} steps/s  (train_sps: {result['train_path']} path)"),
         ("ratio", "  ratio             {:>14,.1f}x backend / reference (1 env)"),
     ]
-    return "\n".join([f"bench {result['env_id']} with backend {result['backend']}"]
+    machine = result.get("machine") or {}
+    on = f" on {machine.get('cpus')} x {machine.get('cpu')}" + (f", {machine['gpus']}" if machine.get("gpus") else "")
+    return "\n".join([f"bench {result['env_id']} with backend {result['backend']}{on if machine else ''}"]
                      + [line.format(result[key]) for key, line in lines if result.get(key) is not None])
 
 

@@ -104,41 +104,67 @@ def machine() -> dict:
     return {"cpu": model, "cpus": os.cpu_count(), "arch": platform.machine(), "gpus": gpus}
 
 
-def backend_identity(spec: str, env_id: str) -> str:
+def rustc() -> str:
+    from envs_fast.rust_toolchain import rustc_available, rustc_version
+
+    return rustc_version() if rustc_available() else "no rustc"
+
+
+def environment() -> dict:
+    """What this process's records are keyed by besides the backend, the env and envs_fast's source:
+    the interpreter, the packages, the machine, the Rust compiler. The daemon keys the records of a
+    Modal run by its containers' (`record_name(..., environment=)`), which they report."""
+    return {"python": interpreter(), "versions": package_versions(), "machine": machine(), "rustc": rustc()}
+
+
+def backend_identity(spec: str, env_id: str, environment: dict | None = None) -> str:
     """Content hash for a file spec; the package version for envpool/gymnax/reference."""
     if is_rust_spec(spec):  # the translation, its state-sync companion and the compiler decide together
-        from envs_fast.rust_toolchain import rustc_available, rustc_version
-
         companion = sync_companion(spec)
-        rustc = rustc_version() if rustc_available() else "no rustc"
-        return "file:" + file_hash(spec) + (":" + file_hash(companion) if companion.is_file() else "") + ":" + rustc
+        compiler = environment["rustc"] if environment else rustc()
+        return "file:" + file_hash(spec) + (":" + file_hash(companion) if companion.is_file() else "") + ":" + compiler
     if is_file_spec(spec):
         return "file:" + file_hash(spec)
     package = {"reference": "gymnasium"}.get(spec, spec)
-    return f"{spec}:{package_versions().get(package, 'missing')}"
+    versions = environment["versions"] if environment else package_versions()
+    return f"{spec}:{versions.get(package, 'missing')}"
 
 
-def key_inputs(spec: str, env_id: str, kind: str = "verdict") -> dict:
-    """Everything a record of `kind` ("verdict" or "bench") depends on."""
-    inputs = {"backend": backend_identity(spec, env_id), "env_id": env_id, "versions": package_versions(),
-              "python": interpreter(), "envs_fast": _verifier_hash()}
+def runs_jax(spec: str) -> bool:
+    """Whether a backend's steps are JAX code (a JAX translation, gymnax), whose floating point
+    depends on the device XLA compiles for. The others (Rust, envpool, gymnasium) step on the CPU
+    whatever accelerator the machine has, so their verdicts hold on any of them."""
+    return spec == "gymnax" or (is_file_spec(spec) and not is_rust_spec(spec))
+
+
+def key_inputs(spec: str, env_id: str, kind: str = "verdict", environment: dict | None = None) -> dict:
+    """Everything a record of `kind` ("verdict" or "bench") depends on, in `environment` (None: this
+    process's). A throughput figure depends on the whole machine; a JAX backend's verdict on its
+    accelerator (a verdict reached on a CPU says nothing of the same code compiled for a GPU)."""
+    env = environment or {"python": interpreter(), "versions": package_versions()}
+    inputs = {"backend": backend_identity(spec, env_id, environment), "env_id": env_id, "versions": env["versions"],
+              "python": env["python"], "envs_fast": _verifier_hash()}
+    here = (environment or {}).get("machine") or machine()
     if kind == "bench":
-        inputs["machine"] = machine()
+        inputs["machine"] = here
+    elif runs_jax(spec):
+        inputs["accelerator"] = here.get("gpus", "")
     return inputs
 
 
-def record_key(spec: str, env_id: str, kind: str = "verdict") -> str:
-    payload = json.dumps(key_inputs(spec, env_id, kind), sort_keys=True)
+def record_key(spec: str, env_id: str, kind: str = "verdict", environment: dict | None = None) -> str:
+    payload = json.dumps(key_inputs(spec, env_id, kind, environment), sort_keys=True)
     return hashlib.sha256(payload.encode()).hexdigest()[:32]
 
 
-def record_name(kind: str, spec: str, env_id: str) -> str:
-    """The file name of a record ("verdict" or "bench") in any cache directory."""
-    return f"{kind}-{record_key(spec, env_id, kind)}.json"
+def record_name(kind: str, spec: str, env_id: str, environment: dict | None = None) -> str:
+    """The file name of a record ("verdict" or "bench") in any cache directory, as a process in
+    `environment` (None: this one) names it."""
+    return f"{kind}-{record_key(spec, env_id, kind, environment)}.json"
 
 
-def _path(kind: str, spec: str, env_id: str) -> Path:
-    return cache_dir() / record_name(kind, spec, env_id)
+def _path(kind: str, spec: str, env_id: str, environment: dict | None = None) -> Path:
+    return cache_dir() / record_name(kind, spec, env_id, environment)
 
 
 def _write(path: Path, record: dict) -> None:
@@ -160,20 +186,21 @@ def store_verdict(spec: str, env_id: str, levels: list[int], passed: bool, summa
                                            "passed": passed, "summary": summary, "time": time.time()})
 
 
-def cached_verdict(spec: str, env_id: str) -> dict | None:
-    return _read(_path("verdict", spec, env_id))
+def cached_verdict(spec: str, env_id: str, environment: dict | None = None) -> dict | None:
+    """The verdict of `spec` as a process in `environment` (None: this one) would find it."""
+    return _read(_path("verdict", spec, env_id, environment))
 
 
 def store_throughput(spec: str, env_id: str, num_envs: int, adapter_sps: float) -> None:
     path = _path("bench", spec, env_id)
-    record = _read(path) or {"spec": spec, "env_id": env_id, "adapter_sps": {}}
+    record = _read(path) or {"spec": spec, "env_id": env_id, "adapter_sps": {}, "machine": machine()}
     record["adapter_sps"][str(num_envs)] = adapter_sps
     _write(path, record)
 
 
-def cached_throughput(spec: str, env_id: str, num_envs: int) -> float | None:
+def cached_throughput(spec: str, env_id: str, num_envs: int, environment: dict | None = None) -> float | None:
     """Adapter SPS measured at the num_envs closest to the requested one, if any was measured."""
-    record = _read(_path("bench", spec, env_id))
+    record = _read(_path("bench", spec, env_id, environment))
     if not record or not record.get("adapter_sps"):
         return None
     nearest = min(record["adapter_sps"], key=lambda n: abs(int(n) - num_envs))

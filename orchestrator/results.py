@@ -236,6 +236,7 @@ class RunFolder:
     TRANSFER_PNG = "transfer.png"
     TRANSFER = "transfer"          # `transfer`'s cells (ExpFolders), its journal, lock and log
     SCREEN = "screen"              # --screen: screen/<commit>/, the best commit's run at the screen's budget
+    MODAL_ENVIRONMENT = "modal-environment.json"  # --runner modal: what its containers run (names its records)
 
     def __init__(self, path: Path):
         self.path = Path(path)

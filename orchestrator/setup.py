@@ -239,9 +239,7 @@ def prepare_backends(config: RunConfig, folder: RunFolder, workspace: Workspace,
     elif not config.setup_verify:
         shipped.skipped(folder, "--no-setup-verify: the baseline trains on what this run's cache has verified "
                                 "(nothing yet), as train.py's auto decides")
-    elif config.runner == "modal":
-        shipped.skipped(folder, "--runner modal: the training container does not see this run's verdicts")
-    else:
+    else:  # on Modal too: verified and benchmarked in a container of the run's GPU type, where training runs
         try:
             shipped.verify_at_setup(config, folder, workspace, runner, journal, stop.requested)
         except Exception as exc:  # a bug or a broken cache costs speed, never the run

@@ -101,7 +101,7 @@ def verify_at_setup(config: RunConfig, folder: RunFolder, workspace: Workspace, 
                     and stop_requested():
                 log.info("setup stopped during the benchmark; a resumed run does it again")
                 return None
-            choice = _choose(config.env_id, copy, verify_cache, backends)
+            choice = _choose(config.env_id, copy, verify_cache, backends, runner.record_environment())
     finally:
         journal.set_waiting(None)
     choice["setup_seconds"] = round(time.monotonic() - started, 1)
@@ -128,9 +128,9 @@ def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user
     once). False when a verification was interrupted."""
     from envs_fast.cache import record_name
 
-    todo = []
+    todo, where = [], runner.record_environment()  # records are named as training's processes name them
     for backend in backends:
-        name = record_name("verdict", backend.local, config.env_id)
+        name = record_name("verdict", backend.local, config.env_id, where)
         ours = (user.run_cache / name).is_file()  # a resumed setup's own verdict
         if ours or user.lend(name):
             backend.passed = bool(read_json(user.run_cache / name).get("passed"))
@@ -213,9 +213,9 @@ def _bench_all(backends: list[Shipped], config: RunConfig, folder: RunFolder, ru
     load, in interleaved rounds: half of --bench-seconds per figure is enough for that)."""
     from envs_fast.cache import record_name
 
-    todo = []
+    todo, environment = [], runner.record_environment()
     for backend in backends:
-        name = record_name("bench", backend.local, config.env_id)
+        name = record_name("bench", backend.local, config.env_id, environment)
         figures = user.read(figures_name(name), where)
         if figures and user.lend(name, where):
             backend.figures = figures
@@ -240,14 +240,15 @@ def _bench_all(backends: list[Shipped], config: RunConfig, folder: RunFolder, ru
 
 
 # ---------------------------------------------------------------- the choice
-def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped]) -> dict:
-    """What train.py's `auto` picks in the start commit with the run's cache, and why."""
+def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped], environment: Optional[dict]) -> dict:
+    """What train.py's `auto` picks in the start commit with the run's cache (where training runs:
+    `environment`), and why."""
     import envs_fast
     from envs_fast.bench import train_num_envs
     from envs_fast.cache import cache_dir
 
     assert cache_dir() == verify_cache, "setup reads the run's verdict cache (AUTORL_VERIFY_CACHE)"
-    chosen = envs_fast.choose_backend(env_id, train_num_envs(copy), root=copy)
+    chosen = envs_fast.choose_backend(env_id, train_num_envs(copy), root=copy, environment=environment)
     by_local = {b.local: b for b in backends}
     winner = by_local.get(chosen)
     summary = [{"backend": b.spec, "passed": b.passed, "how": b.how, "train_sps": b.figures.get("train_sps"),

@@ -260,7 +260,7 @@ class _Scheduler:
 
 
 class FakeModal:
-    """The app `autorl` of one daemon (an ephemeral app.run()): `.train` and `.evaluate` as
+    """The app `autorl` of one daemon (an ephemeral app.run()): `.train`, `.evaluate` and `.check` as
     ModalRunner gets them, `from_id` as modal.FunctionCall.from_id, `stop()` as leaving app.run().
     `root` is the server: pass the same folder to a later FakeModal to find earlier calls."""
 
@@ -276,6 +276,7 @@ class FakeModal:
         self.train = FakeFunction(self, "train_experiment", train_timeout_s or modal_functions.TRAIN_TIMEOUT_S)
         self.evaluate = FakeFunction(self, "evaluate_policy",
                                      eval_timeout_s or modal_experiment.EVAL_TIMEOUT_S + 300)
+        self.check = FakeFunction(self, "check_backend", modal_functions.CHECK_TIMEOUT_S)
 
     def from_id(self, call_id: str) -> FakeCall:
         return FakeCall(self.root, call_id)

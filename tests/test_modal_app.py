@@ -200,7 +200,8 @@ def test_one_experiment_trains_head_and_scores_it_with_the_checkouts_harness(aut
     """What `modal run modal_app.py` does, with the functions run by .local() instead of .remote()."""
     repo = autorl_repo(train_py=tiny_train_py(BIAS=0.5))
     local = modal_functions.ModalFunctions(SimpleNamespace(remote=modal_functions.train_experiment.local),
-                                           SimpleNamespace(remote=modal_functions.evaluate_policy.local))
+                                           SimpleNamespace(remote=modal_functions.evaluate_policy.local),
+                                           SimpleNamespace(remote=modal_functions.check_backend.local))
     outcome = modal_experiment.one_experiment(local, repo, "CartPole-v1", 5, 1, 3)
     assert outcome["train"]["metrics"]["env_steps"] == 1000
     assert 100 < outcome["score"]["mean"] < 500 and outcome["score"]["seed"] == outcome["eval_seed"]

@@ -45,7 +45,10 @@ def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(run_cache
     fresh_after(lambda m: m.setattr(cache, "package_versions", lambda: {**versions, "jaxlib": "99.0"}))
     fresh_after(lambda m: m.setattr(cache, "package_versions", lambda: {**versions, "jax-cuda12-plugin": "0.10.2"}))
     fresh_after(lambda m: m.setattr(cache, "interpreter", lambda: "CPython 3.13.0"))
-    fresh_after(lambda m: m.setattr(cache, "backend_identity", lambda spec, env: "file:another"))
+    fresh_after(lambda m: m.setattr(cache, "backend_identity", lambda spec, env, environment=None: "file:another"))
+    # a JAX translation's verdict holds for the accelerator it was reached on only
+    here = cache.machine()
+    fresh_after(lambda m: m.setattr(cache, "machine", lambda: {**here, "gpus": "NVIDIA H100 80GB HBM3"}))
     # a module that decides verdicts (the report, the gate, ...) edited: its own copy of envs_fast
     package = tmp_path / "envs_fast"
     shutil.copytree(cache.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
@@ -75,6 +78,24 @@ def test_a_rust_verdict_depends_on_the_compiler(run_cache, monkeypatch):
     assert cache.cached_verdict(str(rust), ENV) is not None
     monkeypatch.setattr(rust_toolchain, "rustc_version", lambda: "rustc 1.91.0")
     assert cache.cached_verdict(str(rust), ENV) is None
+    # it steps on the CPU whatever accelerator the machine has: a GPU does not make it another verdict
+    monkeypatch.setattr(rust_toolchain, "rustc_version", lambda: "rustc 1.80.0")
+    here = cache.machine()
+    monkeypatch.setattr(cache, "machine", lambda: {**here, "gpus": "NVIDIA H100 80GB HBM3"})
+    assert cache.cached_verdict(str(rust), ENV) is not None
+
+
+def test_records_are_named_as_the_process_that_will_read_them_names_them(run_cache):
+    """The daemon of a Modal run names its records by its containers' environment: the same name a
+    container gives them, whatever this machine runs."""
+    here = cache.environment()
+    container = {**here, "versions": {**here["versions"], "jaxlib": "0.10.2+cuda13"},
+                 "machine": {**here["machine"], "gpus": "NVIDIA H100 80GB HBM3"}}
+    spec = str(cache.PACKAGE_DIR / "cartpole_v1.py")
+    assert cache.record_name("verdict", spec, ENV, here) == cache.record_name("verdict", spec, ENV)
+    assert cache.record_name("verdict", spec, ENV, container) != cache.record_name("verdict", spec, ENV)
+    cache.store_verdict(spec, ENV, [1, 2, 3], True, "passed")
+    assert cache.cached_verdict(spec, ENV, container) is None and cache.cached_verdict(spec, ENV, here) is not None
 
 
 def test_a_throughput_figure_belongs_to_the_machine_it_was_measured_on(run_cache, monkeypatch):

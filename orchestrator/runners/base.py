@@ -129,6 +129,10 @@ class Runner(Protocol):
         """The train_sps of each of `specs` as `commit` would train on it, measured side by side in one
         process against one reference (`seconds` per figure); None when it failed."""
 
+    def record_environment(self) -> Optional[dict]:
+        """Where training runs, as the run's verdict records are named by it (envs_fast.cache's
+        `environment()`): None for this machine (local), a container's on Modal."""
+
     def hosting_usd(self, seconds: float) -> float:
         """What `seconds` of the machine the daemon itself runs on cost: nothing on the user's own
         machine, the night's CPU container on Modal. The loop bills it into each row, so a night's

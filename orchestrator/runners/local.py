@@ -286,6 +286,9 @@ class LocalRunner:
             shutil.rmtree(cache, ignore_errors=True)
         return results
 
+    def record_environment(self) -> Optional[dict]:
+        return None  # this machine: records are named as this process names them
+
     def hosting_usd(self, seconds: float) -> float:
         return 0.0  # the user's own machine
 

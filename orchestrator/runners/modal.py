@@ -7,8 +7,17 @@ refuses another) and the policy bytes. Each call is recorded (its function-call 
 it waits for a container or runs) in the InFlight journal before it is waited on, so `status`
 shows it and `stop` and `--resume` cancel it. Time spent waiting for a GPU is never the
 candidate's (modal_calls.py): a call that never starts, or that Modal loses, is spawned again
-and at last recorded as the infrastructure's failure, not the code's. Verify and bench of
-a translation run locally (in the daemon's machine or the night's container), as LocalRunner's.
+and at last recorded as the infrastructure's failure, not the code's.
+
+Verified backends travel with the work. Verify and bench (setup's, and each translate
+experiment's) run in a container of the run's GPU type (`check_backend`), where training runs: a
+CPU ranks backends wrongly for a GPU, and a JAX verdict reached on a CPU says nothing of the same
+code compiled for a GPU. Their records are named as that container names them (its
+`environment()`, kept in the run folder) and go into the run's verdict cache; every training call
+carries them all, so train.py in the container chooses among the run's verified backends, a
+translation kept during the night included. A training container whose environment is another
+(an image rebuilt with other packages) trains nothing and says so; the run's verdicts are then
+verified again in such a container, and the call made again.
 The Modal functions it calls are declared in modal_functions.py, their work in modal_experiment.py.
 
 Compute is billed as the seconds a call was not seen queued times the price table: a GPU's rate
@@ -22,10 +31,14 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from envs_fast.protocol import is_file_spec, is_rust_spec, sync_companion
+
 from ..daemon import log
 from ..inflight import InFlight
 from ..modal_support import eval_cpu
+from ..results import read_json
 from ..workspace import Workspace
+from ..results import ExpFolder
 from .base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
                    add_evaluation, train_failure)
 from .local import LocalRunner
@@ -86,6 +99,7 @@ class ModalRunner:
         self._close = close
         self.calls = CallWatcher(journal, should_stop, policy)
         self.local = LocalRunner(settings, workspace, should_stop, journal, harness_bytes)
+        self._environment: Optional[dict] = read_json(settings.folder.modal_environment) or None
 
     @classmethod
     def from_options(cls, settings: RunnerSettings, workspace: Workspace, should_stop: StopCheck, journal: InFlight,
@@ -119,11 +133,17 @@ class ModalRunner:
         log.info("%s: training on Modal (%s, %g CPUs) with seed %d for %gs", slot.label, self.gpu, self.cpu, seed,
                  budget)
         archive = self.workspace.archive(commit)
-        # The container has none of this run's verdicts: make_vec_env("auto") picks envpool/gymnasium there.
-        # It kills train.py at budget + grace counted from train.py's start: the run limit is the same.
-        call = self.calls.run(slot.exp, "train",
-                              lambda: self.functions.train.spawn(archive, c.env_id, budget, seed, c.grace_s),
-                              budget + c.grace_s, f"a GPU ({self.gpu})", slot.label, f"budget {budget:.0f}s")
+        # train.py there chooses among the run's verified backends; it is killed at budget + grace
+        # counted from its own start: the run limit is the same.
+        for attempt in (1, 2):
+            verdicts, keyed_for = self._records(), self.environment(slot) if self._records() else None
+            call = self.calls.run(slot.exp, "train",
+                                  lambda: self.functions.train.spawn(archive, c.env_id, budget, seed, c.grace_s, None,
+                                                                     verdicts, keyed_for),
+                                  budget + c.grace_s, f"a GPU ({self.gpu})", slot.label, f"budget {budget:.0f}s")
+            stale = (call.value or {}).get("stale") if call.how == "ok" else None
+            if not stale or attempt == 2 or not self._verify_again(slot, commit, stale, call.value["environment"]):
+                break
         result = call.value or {}
         folder.train_log.write_text(result.get("log", "") + _call_note(call))
         policy = None
@@ -135,7 +155,7 @@ class ModalRunner:
                              metrics=result.get("metrics") or {}, policy=policy,
                              artifact_s=_float_or_none(result.get("artifact_s")),
                              note=f"the Modal training call failed: {call.detail}" if call.how == "error" else "",
-                             infrastructure=call.detail if call.how == "infrastructure" else "")
+                             infrastructure=call.detail if call.how == "infrastructure" else result.get("stale", ""))
         m = train_failure(train, folder, c, budget)
         m.compute_usd = self.prices.cost(call.ran_s, self.gpu, self.cpu)
         if m.status:
@@ -174,16 +194,121 @@ class ModalRunner:
             outcome.ok, outcome.result = True, call.value
         return outcome
 
-    # ------------------------------------------------------------ verify and bench run where the daemon runs
+    # ------------------------------------------------------------ verify and bench where training runs
+    def environment(self, slot: Optional[Slot] = None) -> dict:
+        """The environment of this run's train containers, which names the run's records: from the run
+        folder, else asked of a container once (a setup's first question)."""
+        if self._environment is None:
+            slot = slot or Slot(0, ExpFolder(self.settings.folder.path / "setup"), "setup")
+            call = self._check(slot, b"", "environment", [], 600, "asking a container what it runs")
+            if call.how != "ok" or not (call.value or {}).get("environment"):
+                raise RuntimeError(f"could not learn what a Modal container runs ({call.how}: {call.detail})")
+            self._remember(call.value["environment"])
+        return self._environment
+
+    def record_environment(self) -> Optional[dict]:
+        return self.environment()
+
+    def _remember(self, environment: dict) -> None:
+        self._environment = environment
+        self.settings.folder.modal_environment.write_text(json.dumps(environment, indent=1) + "\n")
+
+    def _records(self) -> dict:
+        """The run's verdicts and figures ({file name: bytes}): what every container call carries."""
+        return {p.name: p.read_bytes() for p in sorted(self.settings.verify_cache.glob("*.json"))}
+
+    def _check(self, slot: Slot, archive: bytes, stage: str, args: list[str], timeout_s: float, tick: str):
+        c = self.settings.config
+        return self.calls.run(slot.exp, stage,
+                              lambda: self.functions.check.spawn(archive, c.env_id, stage, args, self._records(),
+                                                                 timeout_s),
+                              timeout_s, f"a GPU ({self.gpu})", slot.label, tick)
+
+    def _merge(self, commit: str, reply: dict, kind: str, specs: list[str]) -> None:
+        """The records the daemon asked for (named in the container's environment, from `commit`'s
+        files), out of a check's reply, into the run's verdict cache."""
+        from envs_fast.cache import record_name
+
+        environment, found = reply.get("environment") or self._environment, reply.get("records") or {}
+        self._remember(environment)
+        files = [f for spec in specs if is_file_spec(spec)
+                 for f in ([spec, sync_companion(spec).as_posix()] if is_rust_spec(spec) else [spec])]
+        snapshot = self.local._scratch("modal-merge")
+        try:
+            copy = self.workspace.extract(commit, snapshot / "commit", files) if files else snapshot
+            for spec in specs:
+                name = record_name(kind, str(copy / spec) if is_file_spec(spec) else spec, self.settings.config.env_id,
+                                   environment)
+                if name in found:
+                    (self.settings.verify_cache / name).write_bytes(found[name])
+                else:
+                    log.warning("no %s record for %s in the container's reply", kind, spec)
+        finally:
+            shutil.rmtree(snapshot, ignore_errors=True)
+
     def verify(self, slot: Slot, commit: str, backend: str, round_: int) -> VerifyOutcome:
-        return self.local.verify(slot, commit, backend, round_)
+        c, folder = self.settings.config, slot.folder
+        json_path, log_path = folder.verify_round(round_)
+        folder.path.mkdir(parents=True, exist_ok=True)
+        call = self._check(slot, self.workspace.archive(commit), "verify", ["--backend", backend, "--levels", "1,2,3"],
+                           c.verify_timeout_s, "verifying")
+        reply = call.value or {}
+        log_path.write_text(reply.get("log", "") + _call_note(call))
+        if reply.get("json") is not None:
+            json_path.write_text(json.dumps(reply["json"], indent=1))
+            shutil.copyfile(json_path, folder.verify)
+        if call.how == "interrupted":
+            return VerifyOutcome(False, interrupted=True)
+        if call.how != "ok":
+            return VerifyOutcome(False, f"verification in a Modal container did not run to an end: {call.how}: "
+                                        f"{call.detail}", returncode=3)
+        if reply.get("timed_out"):
+            return VerifyOutcome(False, f"verification timed out after {c.verify_timeout_s:.0f}s\n"
+                                        f"{reply.get('log', '')[-4000:]}", returncode=3, timed_out=True)
+        if reply.get("returncode") == 0:
+            self._merge(commit, reply, "verdict", [backend])
+        else:
+            self._remember(reply.get("environment") or self._environment)
+        return VerifyOutcome(reply.get("returncode") == 0, reply.get("log", "")[-12000:], returncode=reply.get("returncode"))
 
     def bench(self, slot: Slot, commit: str, spec: str, json_path: Path, figures: str = "all") -> Optional[dict]:
-        return self.local.bench(slot, commit, spec, json_path, figures)
+        args = ["--backend", spec, "--seconds", str(self.settings.config.bench_seconds)]
+        results = self._bench(slot, commit, args + (["--figures", figures] if figures != "all" else []), json_path,
+                              [spec])
+        return results[0] if results else None
 
     def bench_side_by_side(self, slot: Slot, commit: str, specs: list[str], json_path: Path,
                            seconds: float) -> Optional[list[dict]]:
-        return self.local.bench_side_by_side(slot, commit, specs, json_path, seconds)
+        args = [arg for spec in specs for arg in ("--backend", spec)]
+        return self._bench(slot, commit, args + ["--figures", "train", "--seconds", str(seconds)], json_path, specs)
+
+    def _bench(self, slot: Slot, commit: str, args: list[str], json_path: Path, specs: list[str]) -> Optional[list[dict]]:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        call = self._check(slot, self.workspace.archive(commit), "bench", args, self.settings.config.verify_timeout_s,
+                           "benchmarking")
+        reply = call.value or {}
+        json_path.with_suffix(".log").write_text(reply.get("log", "") + _call_note(call))
+        data = reply.get("json")
+        if call.how != "ok" or reply.get("returncode") != 0 or not data:
+            return None
+        json_path.write_text(json.dumps(data, indent=1))
+        self._merge(commit, reply, "bench", [spec for spec in specs if spec != "auto"])
+        return data.get("side_by_side") or [data]
+
+    def _verify_again(self, slot: Slot, commit: str, why: str, environment: dict) -> bool:
+        """A training container runs elsewhere than the run's verdicts were reached: verify each passing
+        one again in such a container (never trusted across package versions). True when done."""
+        passing = sorted({Path(str(read_json(p).get("spec", ""))).name for p in self.settings.verify_cache.glob("verdict-*.json")
+                          if read_json(p).get("passed")} - {""})
+        log.warning("%s: %s; verifying %s again in a container of this run's", slot.label, why,
+                    ", ".join(passing) or "nothing")
+        self._remember(environment)
+        for name in passing:
+            spec = name if name == "gymnax" else f"envs_fast/{name}"
+            outcome = self.verify(Slot(slot.exp, slot.folder, f"{slot.label} re-verify"), commit, spec, 0)
+            if outcome.interrupted:
+                return False
+        return True
 
     # ------------------------------------------------------------ cancel
     def cancel(self, handle: dict) -> bool:

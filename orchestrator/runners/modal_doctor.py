@@ -2,7 +2,8 @@
 plain Python: the driver, what torch and JAX see (and the CUDA major each was built for), then the
 checkout's train.py for a short budget on CartPole on each path (the host path, torch stepping a
 host env; the jax-e2e path, after verifying the shipped JAX translation there), each saying which
-device it trained on.
+device it trained on. The jax-e2e run is a night's training call exactly: the verdict reached by
+`check_archive` (what a night's verify runs) handed over as a night hands its records over.
 
 Nothing here imports modal: `gpu_doctor` of modal_functions.py calls `diagnose`, and tests call it
 directly (on a machine without a GPU it reports exactly that, as problems).
@@ -12,13 +13,11 @@ from __future__ import annotations
 import importlib.metadata
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ..processes import scrubbed_env
-from .modal_experiment import extract_archive, train_archive
+from .modal_experiment import check_archive, extract_archive, train_archive
 
 DOCTOR_ENV = "CartPole-v1"   # a shipped JAX translation exists for it, so both paths can run
 DOCTOR_BUDGET_S = 20.0
@@ -74,8 +73,9 @@ def jax_view() -> dict:
             "cuda_majors": majors}
 
 
-def _verify_shipped(archive: bytes, env_id: str, cache: Path) -> tuple[bool, str]:
-    """Verify (L1-L3) the archive's JAX translation of `env_id` into the verdict cache `cache`."""
+def _verify_shipped(archive: bytes, env_id: str) -> tuple[bool, str, dict, dict]:
+    """Verify (L1-L3) the archive's JAX translation of `env_id` here, as a night's setup does on Modal:
+    (passed, its first line, the records it left, this container's environment)."""
     from envs_fast.protocol import translation_path
 
     with tempfile.TemporaryDirectory(prefix="autorl-doctor-") as tmp:
@@ -83,17 +83,18 @@ def _verify_shipped(archive: bytes, env_id: str, cache: Path) -> tuple[bool, str
         extract_archive(archive, checkout)
         spec = translation_path(env_id, checkout)
         if not spec.is_file():
-            return False, f"the checkout ships no JAX translation of {env_id}"
-        proc = subprocess.run([sys.executable, "-m", "envs_fast.verify", "--env", env_id, "--backend",
-                               str(spec.relative_to(checkout)), "--levels", "1,2,3"], cwd=checkout,
-                              env=scrubbed_env({"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1"}),
-                              capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S)
-        lines = (proc.stdout + proc.stderr).strip().splitlines()
-        return proc.returncode == 0, (lines[0] if lines else f"verify exited with {proc.returncode}")
+            return False, f"the checkout ships no JAX translation of {env_id}", {}, {}
+        relative = str(spec.relative_to(checkout))
+    reply = check_archive(archive, env_id, "verify", ["--backend", relative, "--levels", "1,2,3"], {}, VERIFY_TIMEOUT_S)
+    lines = reply["log"].strip().splitlines()
+    passed = reply["returncode"] == 0
+    summary = next((line for line in lines if "FAIL" in line), lines[-1] if lines else f"exit {reply['returncode']}")
+    return passed, (lines[0] if passed and lines else summary), reply["records"], reply["environment"]
 
 
-def _train(archive: bytes, env_id: str, budget: float, extra_env: Optional[dict] = None) -> dict:
-    result = train_archive(archive, env_id, budget, seed=1, extra_env=extra_env)
+def _train(archive: bytes, env_id: str, budget: float, verdicts: Optional[dict] = None,
+           keyed_for: Optional[dict] = None) -> dict:
+    result = train_archive(archive, env_id, budget, seed=1, verdicts=verdicts, keyed_for=keyed_for)
     metrics = result["metrics"]
     return {key: metrics.get(key) for key in ("path", "device", "backend", "env_steps", "sps", "compile_seconds",
                                               "episode_return")} | {
@@ -105,11 +106,10 @@ def diagnose(archive: bytes, env_id: str = DOCTOR_ENV, budget: float = DOCTOR_BU
     """Everything the doctor looks at, in the container it runs in."""
     report = {"driver": driver(), "torch": torch_view(), "jax": jax_view(), "env_id": env_id, "budget_s": budget}
     report["host"] = _train(archive, env_id, budget)
-    with tempfile.TemporaryDirectory(prefix="autorl-doctor-cache-") as cache:
-        passed, summary = _verify_shipped(archive, env_id, Path(cache))
-        report["verify"] = {"passed": passed, "summary": summary}
-        if passed:
-            report["jax_e2e"] = _train(archive, env_id, budget, {"AUTORL_VERIFY_CACHE": cache})
+    passed, summary, records, environment = _verify_shipped(archive, env_id)
+    report["verify"] = {"passed": passed, "summary": summary}
+    if passed:
+        report["jax_e2e"] = _train(archive, env_id, budget, records, environment)
     report["problems"] = problems(report)
     return report
 

@@ -65,21 +65,39 @@ def _log_tail_bytes(path: Path, cap: int) -> tuple[str, int]:
 
 def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: Optional[float] = None,
                   extra_env: Optional[dict] = None, should_stop: Callable[[], bool] = lambda: False,
-                  log_cap: int = LOG_CAP_BYTES) -> dict:
+                  log_cap: int = LOG_CAP_BYTES, verdicts: Optional[dict] = None,
+                  keyed_for: Optional[dict] = None) -> dict:
     """Extract a commit's archive into a fresh directory and run its candidate/train.py there for
     `budget` seconds (killed as a group at budget + grace, the budget's allowance) with a scrubbed
     environment.
 
+    `verdicts` ({record file name: bytes}) are the run's verdicts and figures, keyed for the
+    environment `keyed_for` (a container's `envs_fast.cache.environment()`): train.py finds them in
+    its verdict cache and chooses among the same verified backends as the run. When this container's
+    environment is another (other package versions, another GPU), they would not apply: nothing is
+    trained, and the reply's `stale` says why (the daemon verifies again, in such a container).
+
     Returns policy (bytes or None), policy_name, log (its last `log_cap` bytes), metrics (the
-    `key: value` summary), returncode, timed_out, wall_s, and artifact_s (seconds from train.py's
-    start to its complete artifact, by this container's clock: whatever it waited for before)."""
+    `key: value` summary), returncode, timed_out, wall_s, artifact_s (seconds from train.py's start
+    to its complete artifact, by this container's clock: whatever it waited for before), and
+    environment (this container's)."""
+    from envs_fast.cache import environment
+
+    here = environment()
+    if verdicts and keyed_for is not None and verdict_environment(keyed_for) != verdict_environment(here):
+        return {"stale": environment_change(keyed_for, here), "environment": here, "policy": None,
+                "policy_name": None, "log": "", "metrics": {}, "returncode": None, "timed_out": False, "wall_s": 0.0,
+                "artifact_s": None}
     grace = budget_allowance(budget) if grace is None else grace
     with tempfile.TemporaryDirectory(prefix="autorl-train-") as tmp:
         checkout, out_dir, log_path = Path(tmp) / "checkout", Path(tmp) / "out", Path(tmp) / "train.log"
         checkout.mkdir()
         out_dir.mkdir()
         extract_archive(archive, checkout)
-        env = scrubbed_env({**train_env(out_dir, env_id, budget, seed), **(extra_env or {})})
+        extra = dict(extra_env or {})
+        if verdicts:
+            extra["AUTORL_VERIFY_CACHE"] = str(write_records(Path(tmp) / "verify-cache", verdicts))
+        env = scrubbed_env({**train_env(out_dir, env_id, budget, seed), **extra})
         proc = run_group([sys.executable, TRAIN_SCRIPT], checkout, env, log_path, budget + grace, should_stop,
                          artifact=lambda: file_fingerprint(find_policy(out_dir)))
         log, _ = _log_tail_bytes(log_path, log_cap)
@@ -93,7 +111,73 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
             "timed_out": proc.timed_out,
             "wall_s": proc.wall_s,
             "artifact_s": proc.artifact_s,
+            "environment": here,
         }
+
+
+def verdict_environment(environment: dict) -> dict:
+    """What of an environment decides a verdict: all of it but the CPU model and count (those decide
+    throughput figures only, and containers of one GPU type run on several CPU models)."""
+    machine = environment.get("machine") or {}
+    return {**environment, "machine": {"gpus": machine.get("gpus", ""), "arch": machine.get("arch")}}
+
+
+def environment_change(before: dict, now: dict) -> str:
+    """One line: how `now` differs from `before` (packages, interpreter, GPU, compiler)."""
+    changes = []
+    old, new = before.get("versions") or {}, now.get("versions") or {}
+    changes += [f"{name} {old.get(name, 'absent')} -> {new.get(name, 'absent')}"
+                for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name)]
+    for key, label in (("python", "python"), ("rustc", "rustc")):
+        if before.get(key) != now.get(key):
+            changes.append(f"{label} {before.get(key)} -> {now.get(key)}")
+    gpus = [(e.get("machine") or {}).get("gpus", "") for e in (before, now)]
+    if gpus[0] != gpus[1]:
+        changes.append(f"GPU {gpus[0] or 'none'} -> {gpus[1] or 'none'}")
+    return "the run's verdicts were made where " + ("; ".join(changes) or "something else differed")
+
+
+def write_records(folder: Path, records: dict) -> Path:
+    """A verdict cache folder holding `records` ({file name: bytes}); names with a path are refused."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in records.items():
+        if Path(name).name != name or not name.endswith(".json"):
+            raise ValueError(f"not a record name: {name!r}")
+        (folder / name).write_bytes(data)
+    return folder
+
+
+def check_archive(archive: bytes, env_id: str, stage: str, args: list[str], records: dict, timeout_s: float,
+                  should_stop: Callable[[], bool] = lambda: False, log_cap: int = LOG_CAP_BYTES) -> dict:
+    """`python -m envs_fast.<stage> --env ENV ARGS --json J` (stage verify or bench) in a commit's
+    archive, with a verdict cache holding the run's `records`, in this container: a verdict and a
+    figure are reached where training runs. Returns returncode, timed_out, log (its tail), json (the
+    stage's, or None), records (every record file of the cache afterwards that is new or changed) and
+    environment (this container's: the daemon names the records by it). Stage "environment" only
+    reports the environment."""
+    from envs_fast.cache import environment
+
+    if stage == "environment":
+        return {"environment": environment()}
+    if stage not in ("verify", "bench"):
+        raise ValueError(f"unknown stage {stage!r}")
+    with tempfile.TemporaryDirectory(prefix=f"autorl-{stage}-") as tmp:
+        checkout, log_path, out = Path(tmp) / "checkout", Path(tmp) / f"{stage}.log", Path(tmp) / f"{stage}.json"
+        checkout.mkdir()
+        extract_archive(archive, checkout)
+        cache = write_records(Path(tmp) / "verify-cache", records)
+        env = scrubbed_env({"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+        proc = run_group([sys.executable, "-m", f"envs_fast.{stage}", "--env", env_id, *args, "--json", str(out)],
+                         checkout, env, log_path, timeout_s, should_stop)
+        log, _ = _log_tail_bytes(log_path, log_cap)
+        try:
+            data = json.loads(out.read_text()) if out.exists() else None
+        except ValueError:
+            data = None
+        found = {p.name: p.read_bytes() for p in cache.glob("*.json")}
+        return {"returncode": proc.returncode, "timed_out": proc.timed_out, "log": log, "json": data,
+                "records": {name: data for name, data in found.items() if records.get(name) != data},
+                "environment": environment()}
 
 
 # ---------------------------------------------------------------- score

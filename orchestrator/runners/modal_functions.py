@@ -1,5 +1,5 @@
-"""The Modal objects of autorl: the image, the app `autorl`, the results volume, and the three
-functions (train_experiment on a GPU, evaluate_policy on CPUs, night_daemon for a whole night),
+"""The Modal objects of autorl: the image, the app `autorl`, the results volume, and the functions
+(train_experiment and check_backend on a GPU, evaluate_policy on CPUs, night_daemon for a whole night),
 with `configured` / `session`, through which ModalRunner and modal_app.py's entrypoints get them.
 
 GPU type and CPU count of the train containers: AUTORL_MODAL_GPU (default H100) and
@@ -23,7 +23,7 @@ import modal
 
 from ..modal_support import VOLUME_NAME, eval_cpu
 from .modal_doctor import DOCTOR_BUDGET_S, diagnose
-from .modal_experiment import EVAL_TIMEOUT_S, score_policy, train_archive
+from .modal_experiment import EVAL_TIMEOUT_S, check_archive, score_policy, train_archive
 from .modal_night import DEFAULT_IDENTITY, FUNCTION_IDS_ENV, run_night
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout this package is part of: the image is built from it
@@ -46,6 +46,7 @@ TRAIN_CPU = float(os.environ.get("AUTORL_MODAL_CPU", 8))
 EVAL_CPU = eval_cpu()
 NIGHT_CPU = 2.0
 TRAIN_TIMEOUT_S = int(os.environ.get("AUTORL_MODAL_TIMEOUT", 4 * 3600))  # a cap: run_group kills at budget + grace
+CHECK_TIMEOUT_S = 2 * 3600                                                # a cap: run_group kills at --verify-timeout
 NIGHT_TIMEOUT_S = 24 * 3600                                               # Modal's longest
 RESULTS_MOUNT = "/autorl-results"
 
@@ -75,10 +76,18 @@ def image_problem() -> Optional[str]:
 @app.function(gpu=TRAIN_GPU, cpu=TRAIN_CPU, timeout=TRAIN_TIMEOUT_S, block_network=True,
               restrict_modal_access=True)
 def train_experiment(archive: bytes, env_id: str, budget: float, seed: int, grace: float | None = None,
-                     extra_env: dict | None = None) -> dict:
-    """Train a commit (`git archive --format=tar.gz COMMIT`) for `budget` seconds on a GPU. No
-    secret, no harness and no held-out seed enter this container."""
-    return train_archive(archive, env_id, budget, seed, grace, extra_env)
+                     extra_env: dict | None = None, verdicts: dict | None = None, keyed_for: dict | None = None) -> dict:
+    """Train a commit (`git archive --format=tar.gz COMMIT`) for `budget` seconds on a GPU, choosing
+    among the run's verified backends (`verdicts`, keyed for the environment `keyed_for`). No secret,
+    no harness and no held-out seed enter this container."""
+    return train_archive(archive, env_id, budget, seed, grace, extra_env, verdicts=verdicts, keyed_for=keyed_for)
+
+
+@app.function(gpu=TRAIN_GPU, cpu=TRAIN_CPU, timeout=CHECK_TIMEOUT_S, block_network=True, restrict_modal_access=True)
+def check_backend(archive: bytes, env_id: str, stage: str, args: list, records: dict, timeout_s: float) -> dict:
+    """Verify or benchmark a backend of a commit in a train container (the GPU training will run
+    on): its verdict and figures, keyed as this container keys them (modal_experiment.check_archive)."""
+    return check_archive(archive, env_id, stage, list(args), records, timeout_s)
 
 
 @app.function(cpu=EVAL_CPU, timeout=EVAL_TIMEOUT_S + 300, block_network=True, restrict_modal_access=True)
@@ -101,14 +110,16 @@ def night_daemon(bundle: bytes, env_id: str, tag: str, run_args: str = "", ident
                  tz: str = "") -> int:
     """The daemon over a clone of `bundle`, its experiments on train_experiment/evaluate_policy of
     this running app (by id), its run saved to the volume after every experiment."""
-    ids = {"train_experiment": train_experiment.object_id, "evaluate_policy": evaluate_policy.object_id}
+    ids = {"train_experiment": train_experiment.object_id, "evaluate_policy": evaluate_policy.object_id,
+           "check_backend": check_backend.object_id}
     return run_night(bundle, env_id, tag, run_args, Path(RESULTS_MOUNT), commit=results_volume.commit,
                      function_ids=ids, identity=tuple(identity or DEFAULT_IDENTITY), tz=tz)
 
 
 class ModalFunctions(NamedTuple):
-    train: modal.Function      # train_experiment(archive, env_id, budget, seed, grace=None, extra_env=None)
+    train: modal.Function      # train_experiment(archive, env_id, budget, seed, grace, extra_env, verdicts, keyed_for)
     evaluate: modal.Function   # evaluate_policy(harness, harness_sha256, policy, env_id, seed, episodes, policy_name)
+    check: modal.Function      # check_backend(archive, env_id, stage, args, records, timeout_s)
 
 
 def configured(gpu: str | None = None, cpu: float | None = None, timeout_s: int | None = None) -> ModalFunctions:
@@ -116,15 +127,18 @@ def configured(gpu: str | None = None, cpu: float | None = None, timeout_s: int 
     CPUs (None: AUTORL_MODAL_GPU / AUTORL_MODAL_CPU) and a `timeout_s` cap. Call inside a running
     app (`session()`, `app.run()`, a local entrypoint); in the night container (where
     AUTORL_MODAL_FUNCTIONS holds their ids) the running app's functions are looked up by id."""
-    train, evaluate = train_experiment, evaluate_policy
+    train, evaluate, check = train_experiment, evaluate_policy, check_backend
     ids = json.loads(os.environ.get(FUNCTION_IDS_ENV) or "{}")
     if ids:
         train = modal.Function.from_id(ids["train_experiment"])
         evaluate = modal.Function.from_id(ids["evaluate_policy"])
+        check = modal.Function.from_id(ids["check_backend"])
     if gpu or cpu or timeout_s:
-        # resources are replaced as a whole by with_options: always give both GPU and CPU
+        # resources are replaced as a whole by with_options: always give both GPU and CPU; the
+        # checks run on the GPU type training runs on (a CPU ranks backends wrongly for a GPU)
         train = train.with_options(gpu=gpu or TRAIN_GPU, cpu=float(cpu or TRAIN_CPU), timeout=timeout_s)
-    return ModalFunctions(train, evaluate)
+        check = check.with_options(gpu=gpu or TRAIN_GPU, cpu=float(cpu or TRAIN_CPU))
+    return ModalFunctions(train, evaluate, check)
 
 
 @contextlib.contextmanager
