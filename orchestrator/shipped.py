@@ -268,6 +268,11 @@ def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped]
             reason = f"envs_fast/ ships no translation of {env_id} and gymnax has none"
         elif len(failed) == len(backends):
             reason = f"no shipped backend passed verification ({', '.join(failed)} failed)"
+        elif any(b.passed and envs_fast.cache.cached_verdict(b.local, env_id, environment) is None for b in backends):
+            # the verifier ran on the commit's envs_fast, whose source names the records; this daemon's differs
+            reason = ("a verified backend's verdict is not found under the name this checkout's envs_fast gives "
+                      "it (uncommitted changes in envs_fast/? commit them before a run)")
+            log.warning("setup: %s", reason)
         else:
             reason = "the cached figures rank it above the shipped backends"
         what = {"envpool": "envpool (trusted without a verdict)",
