@@ -183,6 +183,9 @@ class RustBackend:
         # State fields the reference derives itself and state_to_reference cannot write (a physics
         # engine's contacts, solver impulses, broad-phase): the sync round trip does not compare them.
         self.read_only_fields = tuple(getattr(sync_module, "READ_ONLY_FIELDS", ()))
+        # State fields the reference does not expose at all (the sync reads a constant): L2 does not
+        # compare them after a step.
+        self.unreadable_fields = tuple(getattr(sync_module, "UNREADABLE_FIELDS", ()))
         self.state_from_reference = self._state_from_reference
         self.state_to_reference = self._state_to_reference
 
