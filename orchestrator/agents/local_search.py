@@ -13,6 +13,7 @@ import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from .hyperparameter_block import FIXED_NAMES, Constant, format_value
+from .ppo_priors import prior_of
 
 # ---------------------------------------------------------------- the search space
 def _around(low: float, high: float, value: float) -> tuple[float, float]:
@@ -28,10 +29,20 @@ DISCOUNT_WORDS = ("GAMMA", "LAMBDA")   # a discount or a GAE lambda: below 1 wha
 
 def distribution_for(name: str, value) -> Optional[BaseDistribution]:
     """A search range around the baseline value (None: the constant stays fixed), reaching the
-    constant's usual range when the value is outside it (TYPICAL)."""
+    constant's usual range when the value is outside it (ppo_priors)."""
     dist = _range_around(name, value)
     typical = typical_range(name)
-    if typical is None or not isinstance(dist, (FloatDistribution, IntDistribution)) or isinstance(value, bool):
+    if typical is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+        return dist
+    if isinstance(dist, CategoricalDistribution):  # powers of two: the one nearest the range joins the choices
+        if typical[0] <= value <= typical[1] or not all(isinstance(c, int) for c in dist.choices):
+            return dist
+        edge = typical[0] if value < typical[0] else typical[1]
+        power = 2 ** round(math.log2(max(edge, 1)))
+        power = power if typical[0] <= power <= typical[1] else int(edge)
+        return _categorical(list(dist.choices), value) if power in dist.choices else \
+            CategoricalDistribution(sorted(set(dist.choices) | {power}))
+    if not isinstance(dist, (FloatDistribution, IntDistribution)):
         return dist
     low, high = min(dist.low, typical[1]), max(dist.high, typical[0])   # the nearest edge at least
     if dist.log and low <= 0:
@@ -85,21 +96,15 @@ def search_space(constants: list[Constant], only: Optional[set[str]] = None) -> 
 
 
 # ---------------------------------------------------------------- the prior
-# Where PPO's common constants usually sit (CleanRL's and Stable-Baselines3's defaults and the
-# rl-zoo's tuned values; Andrychowicz et al. 2021, "What matters in on-policy RL"). A constant of
-# the best outside its range is the likeliest mistake in it: the first trials around a best move
-# such constants to the nearest edge of their range, the furthest out first, before any random
-# neighbour. (All the way in one trial: an octave at a time, GAMMA 0.8 -> 0.9 on Pendulum gained
-# +276 but so unevenly across seeds that the keep rule could not tell it from noise; random
-# search's jumps past 0.95 were kept.) A name matches with or without its path's JAX_ prefix.
-# The shipped train.py has none outside.
-TYPICAL = {"GAMMA": (0.95, 0.999), "GAE_LAMBDA": (0.9, 0.99), "LEARNING_RATE": (1e-4, 3e-3),
-           "CLIP_COEF": (0.1, 0.3), "UPDATE_EPOCHS": (2, 30), "ENT_COEF": (0.0, 0.02), "VF_COEF": (0.25, 1.0),
-           "MAX_GRAD_NORM": (0.3, 5.0)}
-
-
+# Where each constant usually sits (ppo_priors.PRIORS, from CleanRL's, SB3's, the rl-zoo's and
+# PureJaxRL's configs): a constant of the best outside its range is the likeliest mistake in it, so
+# the first trials around a best move such constants to the nearest edge of their range (a flag to
+# its usual value), the furthest out first, before any random neighbour. (All the way in one trial:
+# an octave at a time, GAMMA 0.8 -> 0.9 on Pendulum gained +276 but so unevenly across seeds that
+# the keep rule could not tell it from noise.) The shipped train.py has none outside.
 def typical_range(name: str) -> Optional[tuple]:
-    return TYPICAL.get(name[4:] if name.startswith("JAX_") else name)
+    prior = prior_of(name)
+    return None if prior is None or prior.low is None else (prior.low, prior.high)
 
 
 def steps_between(value: float, edge: float, dist: BaseDistribution) -> float:
@@ -113,19 +118,27 @@ def steps_between(value: float, edge: float, dist: BaseDistribution) -> float:
 
 def towards_typical(centre: dict, space: dict[str, BaseDistribution]) -> list[dict]:
     """The centre with one atypical constant moved to the nearest edge of its usual range (on the
-    constant's step grid, inside its search bounds), one configuration per such constant, the
-    furthest out first."""
+    constant's step grid, inside its search bounds; a flag to its usual value; a power of two to the
+    nearest one in range), one configuration per such constant, the furthest out first."""
     moves = []
     for name, dist in space.items():
-        typical = typical_range(name)
-        value = centre.get(name)
-        if typical is None or isinstance(dist, CategoricalDistribution) or isinstance(value, bool) \
-                or not isinstance(value, (int, float)) or typical[0] <= value <= typical[1]:
+        prior, value = prior_of(name), centre.get(name)
+        if prior is None or value is None or isinstance(value, str) or not prior.atypical(value):
             continue
-        edge, sign = (typical[0], 1) if value < typical[0] else (typical[1], -1)
-        far = steps_between(value, edge, dist)
         params = dict(centre)
-        params[name] = neighbour(value, dist, max(1, round(far)), random.Random(0), sign)
+        if isinstance(value, bool):
+            params[name], far = prior.default, 1.0
+        elif isinstance(dist, CategoricalDistribution):
+            inside = [c for c in dist.choices if isinstance(c, (int, float)) and not isinstance(c, bool)
+                      and prior.low <= c <= prior.high]
+            if not inside or value <= 0:
+                continue
+            params[name] = min(inside, key=lambda c: abs(math.log2(max(c, 1e-12) / value)))
+            far = 2 * abs(math.log2(params[name] / value))
+        else:
+            edge, sign = (prior.low, 1) if value < prior.low else (prior.high, -1)
+            far = steps_between(value, edge, dist)
+            params[name] = neighbour(value, dist, max(1, round(far)), random.Random(0), sign)
         if format_value(params[name]) != format_value(value):
             moves.append((-far, name, params))
     return [params for _, _, params in sorted(moves, key=lambda m: (m[0], m[1]))]

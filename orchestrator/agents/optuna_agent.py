@@ -5,8 +5,9 @@ It proposes new values for the constants in train.py's hyperparameter block (the
 each trial starts from the best configuration so far (the block of the worktree's train.py, which
 the loop resets to the best commit before every proposal) and changes constants by steps on their
 own scales (half an octave for rates and sizes, a sixteenth of the range for signed constants),
-never a configuration tried before. A constant outside the range PPO's usually sit in
-(local_search.TYPICAL: GAMMA 0.8, a learning rate of 1e-5) is the likeliest mistake, so the first
+never a configuration tried before. A constant outside the range it usually sits in (ppo_priors:
+every constant of the block, from the literature: GAMMA 0.8, a learning rate of 1e-5, observation
+normalisation off, 2 steps per rollout) is the likeliest mistake, so the first
 trials move such constants to the nearest edge of their range, and a trial that follows a keep repeats the move
 that won. Then the first trials around a best move one constant by one
 step; the coarse moves (a flag flipped, a power of two doubled or halved, another choice) wait for
