@@ -28,6 +28,18 @@ one night of 4 experiments, 2 rescoring seeds: about 15 minutes on 2 cores. Each
 the gap to the shipped train.py (rescored alike): a problem whose gap is not clearly positive on
 this machine measures nothing. `--baselines N` passes `--baselines N` to every night.
 
+Drawn detunes (`--drawn N --envs Pendulum-v1,Acrobot-v1`): a family of problems the agent cannot be
+fitted to. For each env, N draws (`--draw-seed S`, documented in the JSON): a constant drawn
+uniformly from every constant of the block the night's path reads that has a prior
+(orchestrator/agents/ppo_priors.py), set 4x, 8x or 16x outside its usual range (on its own scale: a
+rate or a size divided or multiplied, a discount's distance to 1 multiplied, a flag off its usual
+value). Before the night the draw is checked to cost score on that path: the detuned and the
+shipped train.py each train --baselines 2 runs at the problem's budget (the daemon's own
+setup and baselines, `--max-experiments 0`); a draw whose cost is under 4 sigma (pooled over the
+two pairs) is recorded as rejected and redrawn. Each searcher's night then starts from the same
+draw. `--json FILE` is rewritten after every night; `--resume FILE` reads such a file and adds the
+nights it lacks (draws are reproducible from the seed).
+
 Screening: `--screen off,0.25` runs each night both without and with `--screen 0.25`, side by
 side, and the table has a row for each. Compare them at equal wall time (`--minutes M`: each night
 runs M minutes, `--max-hours`, instead of --experiments) and at a budget long against the fixed
@@ -39,6 +51,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import platform
 import re
 import shutil
 import subprocess
@@ -93,6 +107,82 @@ def screens(text: str) -> list[float | None]:
     if any(f is not None and not 0 < f < 1 for f in fractions):
         raise argparse.ArgumentTypeError(f"--screen takes fractions in (0, 1) or off: {text}")
     return fractions
+
+
+# ---------------------------------------------------------------- drawn detunes
+DRAW_FACTORS = (4, 8, 16)    # how far outside the usual range a drawn detune sits
+COST_SIGMAS = 4.0            # a draw must cost at least this many sigma to be a problem
+
+
+def drawable(path: str = "jax-e2e") -> list[tuple[str, object]]:
+    """(name, shipped value) of every constant of the shipped block that the `path` reads and that
+    has a prior with something atypical to it."""
+    sys.path.insert(0, str(REPO))
+    from orchestrator.agents.hyperparameter_block import FIXED_NAMES, read_block
+    from orchestrator.agents.ppo_priors import prior_of
+
+    out = []
+    for c in read_block((REPO / TRAIN_PY).read_text()):
+        prior = prior_of(c.name)
+        if c.name in FIXED_NAMES or isinstance(c.value, str) or prior is None or (c.path and c.path != path):
+            continue
+        if prior.low is None and prior.usual == (False, True):
+            continue
+        out.append((c.name, c.value))
+    return out
+
+
+def draw_detune(env_id: str, index: int, seed: int, path: str = "jax-e2e") -> dict:
+    """Draw `index` of `env_id`: {constant, value, shipped, factor, side, why}; reproducible from `seed`."""
+    from orchestrator.agents.ppo_priors import prior_of
+
+    rng = np.random.default_rng([seed, index, sum(map(ord, env_id))])
+    name, shipped = drawable(path)[int(rng.integers(len(drawable(path))))]
+    prior, factor = prior_of(name), int(rng.choice(DRAW_FACTORS))
+    if isinstance(shipped, bool):
+        value, side = (not prior.default), "flag"
+    elif "GAMMA" in name or "LAMBDA" in name:   # a discount: its distance to 1, factor times the usual one
+        value, side = round(max(0.0, 1 - (1 - prior.low) * factor), 4), "below"
+    else:
+        below = prior.low > 0 and (not isinstance(shipped, int) or prior.low / factor >= 1) and rng.random() < 0.5
+        if below:
+            value, side = prior.low / factor, "below"
+        else:
+            value, side = (prior.high * factor if prior.high > 0 else prior.low - (prior.high - prior.low) * factor), "above"
+        value = int(round(value)) if isinstance(shipped, int) else float(f"{value:.4g}")
+    return {"env_id": env_id, "index": index, "seed": seed, "constant": name, "value": value, "shipped": shipped,
+            "factor": factor, "side": side,
+            "why": f"{name} {shipped} -> {value} ({factor}x {side} its usual {prior.low}..{prior.high})"
+            if prior.low is not None else f"{name} {shipped} -> {value} (off its usual value)"}
+
+
+def draw_cost(root: Path, problem: Problem, timeout_s: float) -> dict:
+    """What the draw costs on the night's path: the detuned and the shipped train.py, 2 baselines
+    each (the daemon's setup verification and baselines), and sigma pooled over the two pairs."""
+    scores = {}
+    for which, start in (("detuned", problem), ("shipped", replace(problem, detune={}))):
+        clone, _ = clone_with_start(root / which, start)
+        args = [sys.executable, "-m", "orchestrator", "run", "--env", problem.env_id, "--budget",
+                f"{problem.budget_s:g}", "--tag", "cost", "--max-experiments", "0", "--baselines", "2",
+                "--agent", "optuna", *problem.run_args]
+        done = subprocess.run(args, cwd=clone, capture_output=True, text=True, timeout=timeout_s,
+                              env={**_env(), "ANTHROPIC_API_KEY": ""})
+        if done.returncode != 0:
+            raise RuntimeError(f"the {which} start failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+        import pandas as pd
+
+        rows = pd.read_csv(clone / "results" / "cost" / "results.tsv", sep="\t")
+        scores[which] = [float(x) for x in rows.score.dropna()]
+    pairs = [abs(a - b) / math.sqrt(2) for a, b in (scores["detuned"], scores["shipped"])]
+    sigma = max(math.sqrt(sum(p * p for p in pairs) / 2), 1e-9)
+    cost = float(np.mean(scores["shipped"]) - np.mean(scores["detuned"]))
+    return {"detuned": scores["detuned"], "shipped": scores["shipped"], "sigma": sigma, "cost": cost,
+            "cost_sigmas": cost / sigma}
+
+
+def drawn_problem(draw: dict, budget_s: float) -> Problem:
+    name = f"drawn-{draw['env_id'].split('-')[0].lower()}-{draw['index']}"
+    return Problem(name, draw["env_id"], budget_s, {draw["constant"]: draw["value"]}, f"drawn: {draw['why']}")
 
 
 # ---------------------------------------------------------------- a night
@@ -256,6 +346,7 @@ class NightRow:
     full_budgets: float
     wall_s: float
     gap_recovered: float | None
+    draw: dict | None = None     # a drawn detune: what was drawn and what it cost before the night
 
 
 def main() -> int:
@@ -273,76 +364,129 @@ def main() -> int:
                         help="each night runs M minutes (--max-hours) instead of --experiments experiments")
     parser.add_argument("--baselines", type=int, default=None, help="--baselines N for every night (default: the run's)")
     parser.add_argument("--json", metavar="FILE", help="write the night rows and the summary as JSON")
+    parser.add_argument("--resume", metavar="FILE", help="add to the nights of this JSON (and write it)")
+    parser.add_argument("--drawn", type=int, default=0, metavar="N", help="N drawn detunes per env (see above)")
+    parser.add_argument("--envs", default="Pendulum-v1,Acrobot-v1", help="the envs of --drawn")
+    parser.add_argument("--draw-seed", type=int, default=0)
+    parser.add_argument("--drawn-budget", type=float, default=10.0, metavar="S", help="budget of the drawn problems")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clones")
     args = parser.parse_args()
     if args.quick:
         args.problems, args.searchers, args.repeats, args.experiments, args.rescore_seeds = \
             "pendulum-gamma", "optuna,none", 1, 4, 2
-    problems = [replace(PROBLEMS[name], budget_s=args.budget or PROBLEMS[name].budget_s)
-                for name in args.problems.split(",")]
+    args.json = args.resume or args.json
     searchers = [s for s in args.searchers.split(",") if s in SEARCHERS]
-    rows: list[NightRow] = []
-    shipped_scores: dict[str, float] = {}
+    rows, shipped_scores, draws = load_nights(Path(args.resume)) if args.resume else ([], {}, [])
+    done = {(r.problem, r.searcher, r.screen, r.night) for r in rows}
     base = Path(tempfile.mkdtemp(prefix="autorl-nights-"))
     seeds = [101 + i for i in range(args.rescore_seeds)]
+    if args.drawn:
+        tasks = [(problem, 1, draw) for problem, draw in drawn_problems(args, base, draws, rows, shipped_scores)]
+    else:
+        problems = [replace(PROBLEMS[name], budget_s=args.budget or PROBLEMS[name].budget_s)
+                    for name in args.problems.split(",")]
+        tasks = [(problem, night, None) for problem in problems for night in range(1, args.repeats + 1)]
     try:
-        for problem in problems:
-            print(f"# {problem.name}: {problem.env_id} {problem.budget_s:g}s; {problem.why}", flush=True)
-            for night in range(1, args.repeats + 1):   # night-major: a cut-short run still compares searchers
-                for searcher, screen in [(s, f) for s in searchers for f in args.screen]:
-                    root = base / f"{problem.name}-{searcher}-{screen or 'full'}-{night}"
-                    root.mkdir(parents=True)
-                    n = run_night(root, problem, searcher, args.experiments, screen,
-                                  timeout_s=(args.minutes * 60 + problem.budget_s * 4 if args.minutes else
-                                             args.experiments * (problem.budget_s * 6 + 240)) + 900,
-                                  baselines=args.baselines, minutes=args.minutes)
-                    cache = verify_cache_of(n["clone"])
-                    if problem.detune and problem.name not in shipped_scores:
-                        # the gap a night can close: the shipped train.py, rescored alike (same path)
-                        clone, shipped = clone_with_start(base / f"{problem.name}-shipped", Problem(
-                            problem.name, problem.env_id, problem.budget_s, {}, run_args=problem.run_args))
-                        shipped_scores[problem.name] = float(np.mean(rescore(
-                            clone, shipped, problem.env_id, problem.budget_s, seeds, base, problem.run_args, cache)))
-                    start = rescore(n["clone"], n["start"], problem.env_id, problem.budget_s, seeds, root,
-                                    problem.run_args, cache)
-                    best = start if n["best"] == n["start"] else rescore(
-                        n["clone"], n["best"], problem.env_id, problem.budget_s, seeds, root, problem.run_args,
-                        cache)
-                    p, significant = better(best, start)
-                    improvement = float(np.mean(best) - np.mean(start))
-                    gap = shipped_scores.get(problem.name, math.nan) - float(np.mean(start))
-                    row = NightRow(problem.name, searcher, screen, night, start, best, improvement, p, significant,
-                                   n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
-                                   round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None)
-                    rows.append(row)
-                    print(f"  {searcher:7s} {f'screen {screen:g}' if screen else 'no screen'} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
-                          f"({improvement:+.2f}, p {p:.3f}; gap to shipped {gap:+.2f}) kept {n['kept']} "
-                          f"screened {n['screened']} "
-                          f"{'FALSE KEEP ' if row.false_keep else ''}{n['full_budgets']:g} budgets "
-                          f"{n['wall_s'] / 60:.1f} min", flush=True)
-                    if args.json:  # after every night: hours of measurement survive an interruption
-                        write_json(Path(args.json), rows, shipped_scores)
-                    if not args.keep:
-                        shutil.rmtree(root, ignore_errors=True)
+        for problem, night, draw in tasks:   # night-major: a cut-short run still compares searchers
+            if night == 1:
+                print(f"# {problem.name}: {problem.env_id} {problem.budget_s:g}s; {problem.why}", flush=True)
+            for searcher, screen in [(s, f) for s in searchers for f in args.screen]:
+                if (problem.name, searcher, screen, night) in done:
+                    continue
+                root = base / f"{problem.name}-{searcher}-{screen or 'full'}-{night}"
+                root.mkdir(parents=True)
+                n = run_night(root, problem, searcher, args.experiments, screen,
+                              timeout_s=(args.minutes * 60 + problem.budget_s * 4 if args.minutes else
+                                         args.experiments * (problem.budget_s * 6 + 240)) + 900,
+                              baselines=args.baselines, minutes=args.minutes)
+                cache = verify_cache_of(n["clone"])
+                shipped_key = f"shipped {problem.env_id} {problem.budget_s:g}s" if draw else problem.name
+                if problem.detune and shipped_key not in shipped_scores:
+                    # the gap a night can close: the shipped train.py, rescored alike (same path)
+                    clone, shipped = clone_with_start(base / f"{problem.name}-shipped", Problem(
+                        problem.name, problem.env_id, problem.budget_s, {}, run_args=problem.run_args))
+                    shipped_scores[shipped_key] = float(np.mean(rescore(
+                        clone, shipped, problem.env_id, problem.budget_s, seeds, base, problem.run_args, cache)))
+                start = rescore(n["clone"], n["start"], problem.env_id, problem.budget_s, seeds, root,
+                                problem.run_args, cache)
+                best = start if n["best"] == n["start"] else rescore(
+                    n["clone"], n["best"], problem.env_id, problem.budget_s, seeds, root, problem.run_args,
+                    cache)
+                p, significant = better(best, start)
+                improvement = float(np.mean(best) - np.mean(start))
+                gap = shipped_scores.get(shipped_key, math.nan) - float(np.mean(start))
+                row = NightRow(problem.name, searcher, screen, night, start, best, improvement, p, significant,
+                               n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
+                               round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None, draw)
+                rows.append(row)
+                print(f"  {searcher:7s} {f'screen {screen:g}' if screen else 'no screen'} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
+                      f"({improvement:+.2f}, p {p:.3f}; gap to shipped {gap:+.2f}) kept {n['kept']} "
+                      f"screened {n['screened']} "
+                      f"{'FALSE KEEP ' if row.false_keep else ''}{n['full_budgets']:g} budgets "
+                      f"{n['wall_s'] / 60:.1f} min", flush=True)
+                if args.json:  # after every night: hours of measurement survive an interruption
+                    write_json(Path(args.json), rows, shipped_scores, draws)
+                if not args.keep:
+                    shutil.rmtree(root, ignore_errors=True)
     finally:
         if not args.keep:
             shutil.rmtree(base, ignore_errors=True)
     summary = summarize(rows)
     print_table(summary)
     if args.json:
-        write_json(Path(args.json), rows, shipped_scores)
+        write_json(Path(args.json), rows, shipped_scores, draws)
     return 0
 
 
-def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float]) -> None:
-    path.write_text(json.dumps({"nights": [asdict(r) for r in rows], "summary": summarize(rows),
-                                "shipped_rescored": shipped_scores}, indent=1))
+def drawn_problems(args, base: Path, draws: list[dict], rows: list[NightRow], shipped_scores: dict):
+    """(problem, draw) for --drawn N per env: the draws of a resumed file first, then new ones, each
+    checked to cost >= COST_SIGMAS sigma before its nights (a rejected draw is recorded too)."""
+    for env_id in args.envs.split(","):
+        accepted, index = 0, 0
+        while accepted < args.drawn and index < 4 * args.drawn:
+            known = next((d for d in draws if d["env_id"] == env_id and d["index"] == index
+                          and d["seed"] == args.draw_seed), None)
+            draw = known or draw_detune(env_id, index, args.draw_seed)
+            problem = drawn_problem(draw, args.drawn_budget)
+            if known is None:
+                print(f"# draw {env_id} {index}: {draw['why']}: checking what it costs", flush=True)
+                draw.update(draw_cost(base / f"cost-{problem.name}", problem, timeout_s=1800))
+                draw["accepted"] = draw["cost_sigmas"] >= COST_SIGMAS
+                draws.append(draw)
+                print(f"  costs {draw['cost']:+.1f} ({draw['cost_sigmas']:.1f} sigma): "
+                      f"{'a problem' if draw['accepted'] else 'rejected, drawn again'}", flush=True)
+                if args.json:
+                    write_json(Path(args.json), rows, shipped_scores, draws)
+            index += 1
+            if draw["accepted"]:
+                accepted += 1
+                yield problem, draw
+
+
+def load_nights(path: Path) -> tuple[list[NightRow], dict, list[dict]]:
+    data = json.loads(path.read_text()) if path.exists() else {}
+    return ([NightRow(**r) for r in data.get("nights", [])], data.get("shipped_rescored", {}),
+            data.get("draws", []))
+
+
+def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float], draws: list[dict] = ()) -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    machine = {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(), "node": platform.node()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"commit": commit, "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                "machine": machine, "nights": [asdict(r) for r in rows],
+                                "summary": summarize(rows), "shipped_rescored": shipped_scores,
+                                "draws": list(draws)}, indent=1, default=str))
 
 
 def summarize(rows: list[NightRow]) -> list[dict]:
+    """One row per (problem, searcher, screen), and per (searcher, screen) over all drawn detunes."""
     out = []
-    for key in dict.fromkeys((r.problem, r.searcher, r.screen) for r in rows):
-        group = [r for r in rows if (r.problem, r.searcher, r.screen) == key]
+    family = lambda r: "drawn (all draws)" if r.draw else r.problem
+    keys = list(dict.fromkeys((r.problem, r.searcher, r.screen) for r in rows))
+    keys += list(dict.fromkeys((family(r), r.searcher, r.screen) for r in rows if r.draw))
+    for key in keys:
+        group = [r for r in rows if (r.problem, r.searcher, r.screen) == key or (family(r), r.searcher, r.screen) == key]
         mean, low, high = mean_ci([r.improvement for r in group])
         budgets = sum(r.full_budgets for r in group)
         recovered = [r.gap_recovered for r in group if r.gap_recovered is not None]
