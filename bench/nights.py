@@ -66,6 +66,7 @@ import numpy as np
 from scipy import stats
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 TRAIN_PY = "candidate/train.py"
 EVAL_EPISODES = 100
 RESCORE_EVAL_SEED = 7_000_000   # far from any run's held-out seed (drawn below 2**31 - 1e6 per run)
@@ -117,7 +118,6 @@ COST_SIGMAS = 4.0            # a draw must cost at least this many sigma to be a
 def drawable(path: str = "jax-e2e") -> list[tuple[str, object]]:
     """(name, shipped value) of every constant of the shipped block that the `path` reads and that
     has a prior with something atypical to it."""
-    sys.path.insert(0, str(REPO))
     from orchestrator.agents.hyperparameter_block import FIXED_NAMES, read_block
     from orchestrator.agents.ppo_priors import prior_of
 
@@ -381,7 +381,8 @@ def main() -> int:
     base = Path(tempfile.mkdtemp(prefix="autorl-nights-"))
     seeds = [101 + i for i in range(args.rescore_seeds)]
     if args.drawn:
-        tasks = [(problem, 1, draw) for problem, draw in drawn_problems(args, base, draws, rows, shipped_scores)]
+        # (lazily: each draw is checked just before its nights, so a cut-short run has nights to show)
+        tasks = ((problem, 1, draw) for problem, draw in drawn_problems(args, base, draws, rows, shipped_scores))
     else:
         problems = [replace(PROBLEMS[name], budget_s=args.budget or PROBLEMS[name].budget_s)
                     for name in args.problems.split(",")]
