@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -12,6 +14,32 @@ from .agents import AGENT_KINDS, CREATE_AGENT_KINDS, add_agent_arguments
 from .config import BASELINE_RUNS
 
 USAGE_EXAMPLE = "python -m orchestrator run --env CartPole-v1 --budget 30 --max-experiments 3"
+# Below this no train.py can start Python, import torch and export a policy: such a budget is a slip
+# (minutes or hours typed as seconds), refused before a run folder exists.
+MIN_BUDGET_S = 2.0
+
+
+class OneLineErrorParser(argparse.ArgumentParser):
+    """A wrong option or value costs one line on stderr (exit 2), with the closest valid choice,
+    rather than a screen of usage in which the error is the last line."""
+
+    def error(self, message: str):
+        wrong = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if wrong:
+            choices = re.findall(r"'([^']*)'", wrong.group(2))
+            close = difflib.get_close_matches(wrong.group(1), choices, n=1, cutoff=0.5)
+            if close:
+                message += f"; did you mean {close[0]!r}?"
+        self.exit(2, f"{self.prog}: error: {message} (`{self.prog} --help` lists the options)\n")
+
+
+def _budget(text: str) -> float:
+    value = _positive_float(text)
+    if value < MIN_BUDGET_S:
+        raise argparse.ArgumentTypeError(
+            f"{text} s is too short to train at all (start-up and the policy's export alone take about "
+            f"{MIN_BUDGET_S:g} s); the budget is seconds of training per experiment, e.g. 720")
+    return value
 
 
 def _at_least_two(text: str) -> int:
@@ -59,7 +87,7 @@ def _non_negative_int(text: str) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineErrorParser(
         prog="python -m orchestrator",
         description="autorl: an overnight autoresearch daemon for reinforcement learning.",
         epilog=f"first run: {USAGE_EXAMPLE}")
@@ -72,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--tag", help="run name (default: <env slug>-<mon><day>, e.g. bipedalwalker_v3-nov21)")
     run.add_argument("--agent", choices=AGENT_KINDS,
                      help="default: anthropic when ANTHROPIC_API_KEY is set, else optuna (offline)")
-    run.add_argument("--budget", dest="budget_s", type=_positive_float, metavar="SECONDS",
+    run.add_argument("--budget", dest="budget_s", type=_budget, metavar="SECONDS",
                      help="training wall-clock budget per experiment (default: evaluate.TIME_BUDGET)")
     run.add_argument("--baselines", type=_at_least_two, metavar="N",
                      help=f"train the start commit N times before the first experiment (default {BASELINE_RUNS}): the best "
@@ -188,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     transfer.add_argument("--tag", help="the run (default: the latest)")
     transfer.add_argument("--envs", required=True, metavar="ENV,ENV",
                           help="comma-separated env ids, e.g. Hopper-v5,Walker2d-v5,HalfCheetah-v5,Ant-v5")
-    transfer.add_argument("--budget", dest="budget_s", type=_positive_float, metavar="SECONDS",
+    transfer.add_argument("--budget", dest="budget_s", type=_budget, metavar="SECONDS",
                           help="training budget per cell (default: the run's)")
     transfer.add_argument("--seeds", type=_positive_int, default=1, metavar="N", help="seeds 1..N (default 1)")
     transfer.add_argument("--repo", type=Path, help=argparse.SUPPRESS)

@@ -5,6 +5,7 @@ Nothing here runs experiments; `start` hands a ready Run to the loop.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -65,8 +66,19 @@ def check_env_id(env_id: str) -> None:
 
     try:
         gymnasium.spec(env_id)
-    except gymnasium.error.Error as exc:
-        raise RunError(f"unknown environment {env_id!r}: {exc}") from None
+    except gymnasium.error.Error:
+        raise RunError(f"unknown environment {env_id!r}; closest registered ids: "
+                       f"{', '.join(closest_env_ids(env_id)) or 'none'} (or module:Class for an env of your own)") from None
+
+
+def closest_env_ids(env_id: str, n: int = 3) -> list[str]:
+    """The registered gymnasium ids nearest to a mistyped one, case aside (`pendulum-v1`, `Pendulm-v1`)."""
+    import difflib
+
+    import gymnasium
+
+    by_lower = {name.lower(): name for name in gymnasium.registry}
+    return [by_lower[m] for m in difflib.get_close_matches(env_id.lower(), list(by_lower), n=n, cutoff=0.6)]
 
 
 def find_run_to_resume(results_root: Path, env_id: Optional[str]) -> Optional[str]:
@@ -148,7 +160,13 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
         if options.runner_factory is None:  # a test's factory brings its own (fake) Modal
             check_runner(options.runner or "local")
     created = not folder.path.exists()
-    folder.path.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.path.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder.path, os.W_OK):
+            raise PermissionError(errno.EACCES, "not writable")
+    except OSError as exc:
+        raise RunError(f"cannot write the run folder {folder.path}: {exc.strerror or exc} "
+                       f"({results_root} must be a folder you can write)") from None
     lock = RunLock(folder.path)
     try:
         lock.acquire()
@@ -287,6 +305,12 @@ def _check_new_run(options: Options, root: Path, workspace: Workspace, from_ref:
     if from_ref is None:
         if not (root / TRAIN_SCRIPT).is_file():
             raise RunError(f"{root / TRAIN_SCRIPT} is missing: nothing to train")
+        if workspace.main_is_dirty():  # the run would train the last commit, silently without the edits
+            edited = sorted({d.a_path for d in workspace.main.index.diff(None)}
+                            | {d.a_path for d in workspace.main.index.diff("HEAD")})
+            raise RunError(f"uncommitted changes ({', '.join(edited[:3])}{', ...' if len(edited) > 3 else ''}): "
+                           "a run trains the last commit, not them; commit them (git commit -am MESSAGE), or pass "
+                           "--from HEAD to run the last commit as it is")
     else:
         commit = workspace.start_commit(from_ref)
         if not workspace.has_path(commit, TRAIN_SCRIPT):
@@ -298,8 +322,6 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
                 agent_name: str, from_ref: Optional[str] = None) -> tuple[RunConfig, bytes]:
     harness_budget, harness_episodes = _harness_defaults(root)
     budget = options.budget_s if options.budget_s is not None else harness_budget
-    if from_ref is None and workspace.main_is_dirty():
-        log.warning("the main checkout has uncommitted changes; the run starts from its last commit")
     schedule, why = plan_schedule(options, agent_name)
     if not schedule_from_agent(options, agent_name):
         log.info("schedule: %s (%s)", ",".join(schedule), why)

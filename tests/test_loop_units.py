@@ -231,6 +231,7 @@ def test_cli_dispatch_and_argument_errors(autorl_repo):
     assert no_env.returncode == 1 and "--env ENV_ID is required" in no_env.stderr
     nothing = run_daemon(repo, "run", "--env", "CartPole-v1", "--resume", timeout=60)
     assert nothing.returncode == 1 and "no run to resume" in nothing.stderr
+    assert len(nothing.stderr.strip().splitlines()) == 1, nothing.stderr  # one line: a first mistake
     bad_budget = run_daemon(repo, "run", "--env", "CartPole-v1", "--budget", "-3", timeout=60)
     assert bad_budget.returncode == 2 and "must be positive" in bad_budget.stderr
 

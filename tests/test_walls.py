@@ -156,4 +156,5 @@ def test_sandbox_require_refuses_where_bubblewrap_cannot_run(autorl_repo, tmp_pa
     result = run_daemon(repo, "run", "--env", "CartPole-v1", "--tag", TAG, "--sandbox", "require", *FAST,
                         env={"PATH": str(empty_path)}, timeout=60)
     assert result.returncode == 1 and "--sandbox require" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr  # one line: a first mistake
     assert not (repo / "results" / TAG).exists()
