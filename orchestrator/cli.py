@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument("--eval-timeout", type=_positive_float, default=1800.0, metavar="SECONDS")
     adv.add_argument("--grace", type=_positive_float, metavar="SECONDS",
                      help="the budget's allowance: train.py's artifact is due, and the run killed (recorded invalid), "
-                          "at budget + this (default max(5, 5%% of budget))")
+                          "at budget + this (default max(10, 5%% of budget))")
     adv.add_argument("--backoff", type=_positive_float, default=5.0, metavar="SECONDS",
                      help="first retry delay after an agent error (doubles, capped at 300 s)")
     adv.add_argument("--repo", type=Path, help="the checkout (default: the git repository around cwd)")

@@ -18,9 +18,11 @@ BASELINE_RUNS = 4       # runs of the start commit (--baselines): the best's fir
 
 def budget_allowance(budget_s: float) -> float:
     """The default allowance past the budget (--grace): train.py's clock starts with its process, so
-    this covers the export of the artifact and its check after the last update. Small on purpose:
-    a train.py that stretches its own budget is killed and recorded `invalid`."""
-    return max(5.0, 0.05 * budget_s)
+    this covers the export of the artifact and its check after the last update, and a compile that
+    a loaded machine drew out past the deadline (10 s: on 2 busy cores the shipped train.py's cold
+    JAX compile took over 10 s). Small on purpose: a train.py that stretches its own budget (2.5x at
+    10 s) is killed and recorded `invalid`."""
+    return max(10.0, 0.05 * budget_s)
 
 
 class RunError(Exception):
