@@ -1,4 +1,5 @@
-# Fresh machine: `make demo` (install + one short offline run), `make test` (install + tests).
+# Fresh machine: `make demo` (install + a short offline night, rescored), `make test` (install + tests,
+# the docs site's strict build among them).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -17,7 +18,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test,export]"
+	$(PY) -m pip install -q -e ".[test,export,docs]"
 	touch $@
 
 # a short offline night from a start weakened on purpose (the night benchmark's pendulum-gamma), then
