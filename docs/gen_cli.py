@@ -53,11 +53,12 @@ def _options_table(parser: argparse.ArgumentParser) -> list[str]:
         if not actions:
             continue
         title = "options" if group.title in ("options", "optional arguments") else group.title
-        lines += ["", f"**{title}**", "", "| option | value | help |", "|---|---|---|"]
+        lines += ["", f"**{title}**", "", "| option | value | default | help |", "|---|---|---|---|"]
         for action in actions:
             names = ", ".join(f"`{n}`" for n in action.option_strings) or f"`{action.dest}`"
             required = " (required)" if action.required else ""
-            lines.append(f"| {names}{required} | {_cell(_value(action))} | {_cell(_help(action))} |")
+            default = "" if action.default in (None, False, argparse.SUPPRESS) else f"`{action.default}`"
+            lines.append(f"| {names}{required} | {_cell(_value(action))} | {default} | {_cell(_help(action))} |")
     return lines
 
 
