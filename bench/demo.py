@@ -98,14 +98,23 @@ def main(argv: list[str] | None = None) -> int:
                     cache if cache.is_dir() else None)   # the path the night trained on
         start_scores = rescore(REPO, start, *same_way)
         best_scores = start_scores if best == start else rescore(REPO, best, *same_way)
+    import pandas as pd
+
+    rows = pd.read_csv(run_dir / "results.tsv", sep="\t")
+    untrained = int((rows.env_steps.fillna(-1) == 0).sum())   # start-up and compile outlasted the budget
     p, significant = better(best_scores, start_scores)
     gain = float(np.mean(best_scores) - np.mean(start_scores))
     verdict = {"tag": tag, "problem": problem.name, "start": start, "best": best, "kept": best != start,
                "start_rescored": start_scores, "best_rescored": best_scores, "gain": gain, "p_better": p,
-               "confirmed": best != start and significant, "wall_s": round(time.monotonic() - started, 1)}
+               "confirmed": best != start and significant, "runs_without_training": untrained,
+               "wall_s": round(time.monotonic() - started, 1)}
     (run_dir / "demo.json").write_text(json.dumps(verdict, indent=1) + "\n")
     print(f"demo: start {np.mean(start_scores):.1f} {[round(s, 1) for s in start_scores]}, "
           f"best {np.mean(best_scores):.1f} {[round(s, 1) for s in best_scores]}")
+    if untrained:
+        print(f"demo: {untrained} of the night's {len(rows)} runs trained 0 env steps: start-up and JAX's compile "
+              f"outlasted the {problem.budget_s:g} s budget, as on a busy machine (on a quiet 2-core machine the "
+              "compile takes 1-2 s); their scores are an untrained policy's")
     if best == start:
         print("demo: the night kept nothing (the start is still the best); nothing to confirm")
     else:
