@@ -80,9 +80,11 @@ def test_configured_overrides_gpu_and_cpu_without_network(monkeypatch):
     assert fns.train is not modal_functions.train_experiment
     assert fns.evaluate is modal_functions.evaluate_policy
     # In the night container the daemon finds the running app's functions by id (lazily: no call yet).
-    monkeypatch.setenv(modal_night.FUNCTION_IDS_ENV, '{"train_experiment": "fu-1", "evaluate_policy": "fu-2"}')
+    monkeypatch.setenv(modal_night.FUNCTION_IDS_ENV,
+                       '{"train_experiment": "fu-1", "evaluate_policy": "fu-2", "check_backend": "fu-3"}')
     with modal_functions.session(gpu="L4", cpu=2) as fns:
         assert isinstance(fns.train, modal.Function) and isinstance(fns.evaluate, modal.Function)
+        assert isinstance(fns.check, modal.Function)   # verify and bench: on the run's GPU type too
         assert fns.evaluate is not modal_functions.evaluate_policy
 
 

@@ -82,7 +82,7 @@ def test_a_modal_night_trains_on_the_verified_jax_path_and_uses_a_translation_it
         assert summary_value(log, "backend").endswith("envs_fast/cartpole_v1.py")
     assert len(fake2.check.calls) >= 3   # verify, bench, the incumbent's bench: in containers
     # the GPU's fast path, measured in one test: >= 8x the host path's env steps in the same budget
-    assert min(host_steps) > 0, host_steps   # (a budget all spent on imports would compare nothing)
+    assert max(host_steps) > 0, host_steps   # (a budget all spent on imports would compare nothing)
     assert min(fast_steps) >= 8 * max(host_steps), (fast_steps, host_steps)
     assert env_steps(run2, "exp-0002") >= 8 * max(host_steps), (env_steps(run2, "exp-0002"), host_steps)
 

@@ -177,12 +177,16 @@ def test_stop_cancels_the_call_and_the_cancellation_is_raised_in_the_running_cod
     run_dir = repo / "results" / "cloud"
 
     def stop_when_exp_1_runs():
+        import psutil
+
         deadline = time.time() + 120
         while time.time() < deadline:
             state = json.loads((run_dir / "state.json").read_text()) if (run_dir / "state.json").exists() else {}
             for record in state.get("in_flight") or []:
-                if record["exp"] == 1 and any(h.get("state") == "running" for h in record["handles"]):
-                    time.sleep(1.0)  # train.py is under way in its container
+                # train.py is under way in its container: its child runs (a container's own start-up, on
+                # a loaded machine seconds of imports, is not what this test cancels)
+                if record["exp"] == 1 and any(h.get("state") == "running" for h in record["handles"]) and any(
+                        p.info["cmdline"] == ["sleep", sleep_arg] for p in psutil.process_iter(["cmdline"])):
                     (run_dir / "STOP").write_text("test\n")
                     return
             time.sleep(0.1)
