@@ -1,6 +1,6 @@
 """`make demo`: a short night from a weakened start, then the start and the night's best rescored.
 
-    python bench/demo.py [--problem pendulum-gamma] [--experiments 2] [--rescore-seeds 2] [--tag TAG]
+    python bench/demo.py [--problem pendulum-gamma] [--experiments 2] [--rescore-seeds 2] [--budget S] [--tag TAG]
 
 The start is weakened on purpose, so that a few minutes of night have something to find: it is one
 of the night benchmark's detuned problems (bench/nights.py; by default `pendulum-gamma`, Pendulum-v1
@@ -23,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -65,8 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--experiments", type=int, default=2, help="experiments after the baselines (default 2)")
     parser.add_argument("--rescore-seeds", type=int, default=2, help="fresh training seeds per rescoring (default 2)")
     parser.add_argument("--tag", help="the run's tag (default demo-<problem>-<mmdd-HHMMSS>)")
+    parser.add_argument("--budget", type=float, metavar="S",
+                        help="seconds per experiment (default: the problem's, 15 for pendulum-gamma); a busy machine "
+                             "needs more: start-up and JAX's compile come out of it")
     args = parser.parse_args(argv)
     problem = PROBLEMS[args.problem]
+    if args.budget:
+        problem = replace(problem, budget_s=args.budget)
     tag = args.tag or f"demo-{problem.name}-{datetime.now():%m%d-%H%M%S}"
     changed = ", ".join(f"{name} {value!r}" for name, value in problem.detune.items())
     print(f"demo: a {args.experiments}-experiment night on {problem.env_id} ({problem.budget_s:g} s per experiment) "

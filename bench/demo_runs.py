@@ -1,6 +1,6 @@
 """How often does `make demo` show a real gain, and how long does it take? Fresh runs, resumable.
 
-    python bench/demo_runs.py [--runs 5] [--out bench/results/demo-runs.tsv]
+    python bench/demo_runs.py [--runs 5] [--out bench/results/demo-runs.tsv] [-- DEMO OPTIONS, e.g. --budget 30]
 
 Each run is the demo (bench/demo.py, what `make demo` runs after `make install`) in a fresh clone of
 this checkout's HEAD with an empty user-level verdict cache, as on a fresh machine: the setup
@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-COLUMNS = ("run", "utc", "commit", "machine", "load_before", "load_after", "exit", "wall_s", "kept", "confirmed",
+COLUMNS = ("run", "utc", "commit", "demo_args", "machine", "load_before", "load_after", "exit", "wall_s", "kept", "confirmed",
            "start_rescored", "best_rescored", "gain", "p_better")
 
 
@@ -34,7 +34,7 @@ def machine() -> str:
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores"
 
 
-def one_run(number: int) -> dict:
+def one_run(number: int, demo_args: list[str]) -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                             check=True).stdout.strip()
     load_before = os.getloadavg()[0]
@@ -44,7 +44,7 @@ def one_run(number: int) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AUTORL_") and k != "ANTHROPIC_API_KEY"}
         env["AUTORL_USER_CACHE"] = str(Path(scratch) / "user-cache")   # a fresh machine's empty cache
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "bench/demo.py", "--tag", f"demo-run-{number}"], cwd=clone, env=env,
+        done = subprocess.run([sys.executable, "bench/demo.py", "--tag", f"demo-run-{number}", *demo_args], cwd=clone, env=env,
                               capture_output=True, text=True)
         wall = time.monotonic() - started
         verdict_file = clone / "results" / f"demo-run-{number}" / "demo.json"
@@ -52,7 +52,7 @@ def one_run(number: int) -> dict:
         if done.returncode != 0:
             print(done.stdout[-1500:], done.stderr[-1500:], sep="\n", file=sys.stderr)
     return {"run": number, "utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%MZ"), "commit": commit,
-            "machine": machine(), "load_before": f"{load_before:.1f}", "load_after": f"{os.getloadavg()[0]:.1f}",
+            "demo_args": " ".join(demo_args) or "-", "machine": machine(), "load_before": f"{load_before:.1f}", "load_after": f"{os.getloadavg()[0]:.1f}",
             "exit": done.returncode, "wall_s": f"{wall:.0f}", "kept": verdict.get("kept", ""),
             "confirmed": verdict.get("confirmed", ""),
             "start_rescored": " ".join(f"{s:.1f}" for s in verdict.get("start_rescored", [])),
@@ -65,15 +65,17 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5, help="runs wanted in --out in all (default 5)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "demo-runs.tsv")
+    parser.add_argument("demo_args", nargs="*", help="passed on to bench/demo.py after --, e.g. -- --budget 30")
     args = parser.parse_args()
     done = list(csv.DictReader(args.out.open(), delimiter="\t")) if args.out.exists() else []
     if not args.out.exists():
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text("\t".join(COLUMNS) + "\n")
+    header = args.out.read_text().splitlines()[0].split("\t")   # a file's own columns (older files lack some)
     for number in range(len(done) + 1, args.runs + 1):
-        row = one_run(number)
+        row = one_run(number, args.demo_args)
         with args.out.open("a") as out:
-            out.write("\t".join(str(row[c]) for c in COLUMNS) + "\n")
+            out.write("\t".join(str(row.get(c, "")) for c in header) + "\n")
         done.append(row)
         print("\t".join(f"{c}={row[c]}" for c in COLUMNS), flush=True)
     shown = sum(str(r["confirmed"]) == "True" for r in done)
