@@ -1,8 +1,9 @@
 """The commonest first mistakes: each costs one clear line on stderr, a non-zero exit, and no run.
 
-Tested elsewhere, with the same promise: `--resume` with nothing to resume (test_loop_units.py,
-test_cli_dispatch_and_argument_errors), a tag whose daemon is running (test_loop_resume.py, beside
-a real running daemon) and `--sandbox require` without bubblewrap (test_walls.py).
+Tested elsewhere: `--resume` with nothing to resume (test_loop_units.py,
+test_cli_dispatch_and_argument_errors) and `--sandbox require` without bubblewrap (test_walls.py),
+each with its one line; a tag whose daemon is running (test_loop_resume.py, beside a real running
+daemon: the exit and the pid in the message).
 """
 from __future__ import annotations
 
