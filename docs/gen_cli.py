@@ -40,7 +40,7 @@ def _value(action: argparse.Action) -> str:
 
 def _help(action: argparse.Action) -> str:
     text = action.help or ""
-    if "%(" in text:
+    if "%" in text:  # as argparse formats a help: %(default)s expanded, %% a percent sign
         text = text % {**vars(action), "default": action.default, "prog": ""}
     return text
 
