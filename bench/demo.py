@@ -34,7 +34,7 @@ from nights import PROBLEMS, TRAIN_PY, better, detuned, git, rescore  # noqa: E4
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_IDENTITY = ("-c", "user.name=autorl demo", "-c", "user.email=demo@localhost")
-# The allowance past the budget (--grace; a night's default is 5 s at this budget). On a busy machine
+# The allowance past the budget (--grace; a night's default is max(10 s, 5%)). On a busy machine
 # (measured at load 5-7 on 2 cores) start-up and JAX's compile alone took 15-20 s of a 15 s budget, and
 # a baseline that overruns its allowance ends the night before it begins; every run of the demo gets
 # the same larger allowance, so the comparison stays fair (train.py still stops updating at its budget).
