@@ -47,8 +47,10 @@ def test_pure_python_envs_keep_the_alternation(env_id):
 def test_the_daemon_log_says_why_a_box2d_run_only_trains(autorl_repo):
     # The schedule is decided (and logged) at setup; a train.py that fails ends the run right after.
     repo = autorl_repo(train_py="import sys\nsys.exit('no training here')\n")
+    # (--no-setup-verify: setup would verify the shipped Rust port of BipedalWalker first, minutes)
     proc = run_daemon(repo, "run", "--env", "BipedalWalker-v3", "--tag", "bw", "--agent", "command",
-                      "--agent-cmd", "true {prompt_file}", "--budget", "2", "--max-experiments", "1", *FAST, timeout=120)
+                      "--agent-cmd", "true {prompt_file}", "--budget", "2", "--max-experiments", "1", *FAST,
+                      "--no-setup-verify", timeout=120)
     assert proc.returncode == 1 and "failed its baseline run" in proc.stderr, proc.stdout + proc.stderr
     run_dir = repo / "results" / "bw"
     assert json.loads((run_dir / "run.json").read_text())["schedule"] == ["train"]

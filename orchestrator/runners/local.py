@@ -278,7 +278,10 @@ class LocalRunner:
         try:
             for spec, _ in zip(specs, results or []):
                 # the record of what the daemon asked for, never of what the process says it measured
-                # (a translation could name another backend to lend it its speed)
+                # (a translation could name another backend to lend it its speed); "auto" names none
+                # (the incumbent's own record is in the run's cache already: it was chosen by it)
+                if spec == "auto":
+                    continue
                 measured = str(source / spec) if is_file_spec(spec) and not Path(spec).is_absolute() else spec
                 self._merge(cache, "bench", measured)
         finally:
