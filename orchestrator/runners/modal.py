@@ -136,7 +136,8 @@ class ModalRunner:
         # train.py there chooses among the run's verified backends; it is killed at budget + grace
         # counted from its own start: the run limit is the same.
         for attempt in (1, 2):
-            verdicts, keyed_for = self._records(), self.environment(slot) if self._records() else None
+            verdicts = self._records()
+            keyed_for = self.environment(slot) if verdicts else None
             call = self.calls.run(slot.exp, "train",
                                   lambda: self.functions.train.spawn(archive, c.env_id, budget, seed, c.grace_s, None,
                                                                      verdicts, keyed_for),
