@@ -884,6 +884,17 @@ def configure_compilation_cache(jax):
         jax.config.update("jax_compilation_cache_dir", JAX_CACHE_DIR)
         jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
         jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+        # counted so that the summary says whether this run compiled or read its programs back
+        events = {"/jax/compilation_cache/cache_hits": "hits", "/jax/compilation_cache/cache_misses": "misses"}
+
+        def count(event, **_):
+            if event in events:
+                COMPILE_CACHE[events[event]] += 1
+
+        jax.monitoring.register_event_listener(count)
+
+
+COMPILE_CACHE = {"hits": 0, "misses": 0}  # persistent compilation cache lookups (with $AUTORL_JAX_CACHE_DIR)
 
 
 def train_jax(spec, problem, agent):
@@ -1033,6 +1044,8 @@ def main():
     print(f"wall_seconds: {figures['wall_seconds']:.1f}")
     if "compile_seconds" in figures:
         print(f"compile_seconds: {figures['compile_seconds']:.2f}")
+    if JAX_CACHE_DIR and path == "jax-e2e":
+        print(f"compile_cache: {COMPILE_CACHE['hits']} read, {COMPILE_CACHE['misses']} compiled")
     print(f"updates: {figures['updates']}")
     print(f"episode_return: {figures['episode_return']:.2f}")
     print(f"episodes: {figures['episodes']}")

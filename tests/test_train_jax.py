@@ -7,6 +7,8 @@ test_envs_fast_verify.py)."""
 from __future__ import annotations
 
 
+import re
+
 import numpy as np
 import pytest
 
@@ -99,7 +101,7 @@ def test_the_jax_path_learns_cartpole_within_its_budget_and_reuses_its_compilati
     """CartPole in 12 s, the clock from the process's start (imports and compiling count, ~6 s on a quiet
     2-core machine; 10 s already reach 500 there, 12 leave room for a loaded one): the artifact balances
     the pole; the process ends soon after the budget, measured from outside; a second run of the same
-    code with the same $AUTORL_JAX_CACHE_DIR reads its compiled update back instead of compiling."""
+    code with the same $AUTORL_JAX_CACHE_DIR reads every compiled program back instead of compiling it."""
     import jax
 
     budget, jax_cache = 12, tmp_path / "jax-cache"
@@ -117,9 +119,14 @@ def test_the_jax_path_learns_cartpole_within_its_budget_and_reuses_its_compilati
                                       workers=1)
     assert result["mean"] >= 400, result["returns"]
 
-    assert any(jax_cache.iterdir())
+    compiled = sorted(p.name for p in jax_cache.glob("*-cache"))
+    read, written = map(int, re.fullmatch(r"(\d+) read, (\d+) compiled", stats["compile_cache"]).groups())
+    assert read == 0 and written == len(compiled) > 0
     again, _ = train_process("CartPole-v1", 4, tmp_path / "second", verified, {"AUTORL_JAX_CACHE_DIR": str(jax_cache)})
-    assert float(again["compile_seconds"]) < float(stats["compile_seconds"]) / 2
+    # every program the second run needed was read back, none compiled (how much time that saves is
+    # bench/compile_cost.py's figure, not a unit test's)
+    assert again["compile_cache"] == f"{len(compiled)} read, 0 compiled"
+    assert sorted(p.name for p in jax_cache.glob("*-cache")) == compiled
 
 
 @pytest.mark.parametrize("env_id, action, ends_by, steps", [
