@@ -32,7 +32,7 @@ demo: install
 # worker alone on its share for the last minutes)
 PYTEST_WORKERS ?= auto
 test: install
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=30
 
 clean:
 	rm -rf $(VENV) .pytest_cache

@@ -196,6 +196,8 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
         else:
             agent_name, why = default_agent(environ)
         options.agent_args.agent = agent_name
+        # the optuna agent screens its constants only when the run screens candidates (--screen)
+        options.agent_args.screen = config.screen if existing else options.screen
         try:  # before anything is created: a misconfigured agent leaves no half-made run behind
             agent = agent_factory(options.agent_args, folder.path)
         except Exception as exc:

@@ -310,3 +310,95 @@ def test_a_constant_far_from_where_ppo_usually_sits_is_tried_towards_there_first
     shipped = Night(tmp_path / "shipped")
     shipped.propose()
     assert "prior" not in trial_of(shipped.agent.study, 1).user_attrs
+
+
+def screen_trials(night, text, outcome):
+    """Proposes until the screening pass is over; tells each trial `outcome(name, configuration)` as
+    (status, score). Returns {screened constant: (its value in the trial, the start's value)}."""
+    moved = {}
+    while True:
+        ctx, proposal, proposed = night.propose()
+        trial = trial_of(night.agent.study, ctx.exp)
+        if not trial.user_attrs.get("screen"):
+            return moved, (ctx, proposal, proposed)
+        diff = changed(values(text), values(proposed))
+        assert list(diff) == [trial.user_attrs["screen"]] and proposal.description.endswith("(screening pass)")
+        name = trial.user_attrs["screen"]
+        moved[name] = (diff[name][1], diff[name][0])
+        night.tell(ctx, proposed, *outcome(name, values(proposed)))
+
+
+def test_a_detune_inside_its_usual_range_is_found_by_the_screening_pass(tmp_path):
+    """UPDATE_EPOCHS = 3 sits inside PPO's usual range (2-30), so the prior says nothing; a run that
+    screens (--screen) moves every constant once, far (to its usual default when it sits elsewhere,
+    inside the search's bounds: UPDATE_EPOCHS to 9, the top of 1-9 around 3), and that trial is the
+    one that screens as well as the best and is kept."""
+    text = REAL_TRAIN_PY.replace("UPDATE_EPOCHS = 10 ", "UPDATE_EPOCHS = 3 ")
+    night = Night(tmp_path, text=text, screening=True)
+    space = night.agent.space(read_block(text))
+    fixed = lambda name, params: ("keep", 2.0) if params["UPDATE_EPOCHS"] == 9 else ("screened", -1.0)
+    moved, (ctx, _, after) = screen_trials(night, text, fixed)
+    assert moved["UPDATE_EPOCHS"] == (9, 3)
+    searched = set(trial_of(night.agent.study, 1).params)  # the constants the training path reads
+    # one each, in name order, until the keep: then the next trial goes on the way that won
+    assert set(moved) == {n for n in searched if n <= "UPDATE_EPOCHS"}
+    assert trial_of(night.agent.study, ctx.exp).user_attrs.get("momentum") and values(after)["UPDATE_EPOCHS"] > 9
+    for name, (new, old) in moved.items():  # far: at least an octave (a flag flipped)
+        dist = space[name]
+        if isinstance(new, bool):
+            assert new is not old
+        elif old != 0 and (isinstance(dist, CategoricalDistribution) or getattr(dist, "log", False)
+                           or name in ("GAMMA", "GAE_LAMBDA")):
+            ratio = (1 - new) / (1 - old) if name in ("GAMMA", "GAE_LAMBDA") else new / old
+            assert abs(math.log2(ratio)) >= 1 - 1e-6, (name, old, new)
+    assert values(night.best_text)["UPDATE_EPOCHS"] == 9
+    # Without --screen (the default) there is no pass: the same start's first trial is a small step.
+    plain = Night(tmp_path / "plain", text=text)
+    ctx, proposal, first = plain.propose()
+    assert "screen" not in trial_of(plain.agent.study, 1).user_attrs and "screening" not in proposal.description
+
+
+def test_after_the_screen_the_search_moves_the_constants_that_changed_the_score(tmp_path):
+    """Nothing screens as well as the best, but MAX_GRAD_NORM's move hurt by far the most: the trials
+    after the pass move the few constants with the largest effects, MAX_GRAD_NORM the other way; a
+    keep ends the pass's reign over one best, and a best that stays put SCREEN_AFTER trials is screened
+    again."""
+    from orchestrator.agents.local_search import SCREEN_AFTER, SCREEN_FOCUS
+
+    night = Night(tmp_path, screening=True, seed=1)
+    noise = random.Random(0)
+    hurt = lambda name, params: ("screened", -600.0 if name == "MAX_GRAD_NORM" else -200.0 + noise.uniform(-5, 5))
+    moved, (ctx, _, proposed) = screen_trials(night, REAL_TRAIN_PY, hurt)
+    base = values(REAL_TRAIN_PY)
+    screened_up = moved["MAX_GRAD_NORM"][0] > base["MAX_GRAD_NORM"]
+    focus = trial_of(night.agent.study, ctx.exp).user_attrs["focus"]
+    assert "MAX_GRAD_NORM" in focus and len(focus) == SCREEN_FOCUS
+    assert night.agent.study.user_attrs["focus"] == focus
+    grad_moves = []
+    for _ in range(2 * WIDEN_EVERY):  # radius 1 and 2: only the focus
+        diff = changed(base, values(proposed))
+        assert diff and set(diff) <= set(focus), (diff, focus)
+        if "MAX_GRAD_NORM" in diff:
+            grad_moves.append(diff["MAX_GRAD_NORM"][1] > base["MAX_GRAD_NORM"])
+        night.tell(ctx, proposed, "screened", -200.0)
+        ctx, _, proposed = night.propose()
+    assert grad_moves and all(up != screened_up for up in grad_moves), grad_moves
+    # A keep: around the new best the pass waits SCREEN_AFTER trials, then runs again.
+    night.tell(ctx, proposed, "keep", 50.0)
+    statuses = []
+    for _ in range(SCREEN_AFTER + 1):
+        ctx, _, proposed = night.propose()
+        statuses.append(bool(trial_of(night.agent.study, ctx.exp).user_attrs.get("screen")))
+        night.tell(ctx, proposed, "screened", 0.0)
+    assert statuses == [False] * SCREEN_AFTER + [True]
+
+
+def test_the_agent_screens_when_the_run_screens(tmp_path):
+    """from_args: the run's --screen (a resumed run's stored one, which setup puts in the arguments)."""
+    import argparse
+
+    for screen, expected in ((0.25, True), (None, False)):
+        run_dir = tmp_path / str(screen) / "results" / "t"
+        run_dir.mkdir(parents=True)
+        agent = OptunaAgent.from_args(argparse.Namespace(screen=screen), run_dir)
+        assert agent.sampler.screening is expected

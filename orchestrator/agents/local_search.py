@@ -148,6 +148,94 @@ def _discount_like(dist: BaseDistribution) -> bool:
     return isinstance(dist, FloatDistribution) and not dist.log and 0.5 <= dist.low and dist.high < 1
 
 
+# ---------------------------------------------------------------- the screening pass
+# When nothing is known (no keep yet, or a best that stayed put for SCREEN_AFTER trials) the prior
+# has nothing left to say: a constant can be wrong inside its usual range, or have no prior (one the
+# agent added). The screen then moves each constant once, far (to its usual default when it sits
+# elsewhere, else SCREEN_STEPS towards the side of its range with more room), one trial per
+# constant. The loop's --screen trains each at a fraction of the budget and only those at least as
+# good as the best go on to a full budget (so the agent screens only when the run does: at full
+# budgets one pass would cost a dozen experiments). The trials that moved the score most, either
+# way, name the constants the neighbourhood then spends its trials on (SCREEN_FOCUS of them, in the
+# direction that helped, or away from the one that hurt).
+SCREEN_AFTER = 8      # trials around one best without a keep before it is screened again
+SCREEN_STEPS = 4      # a screening move when the constant sits at its default: two octaves
+SCREEN_FOCUS = 4      # constants the trials after a screen move, until the radius reaches 3
+
+
+def screening_moves(centre: dict, space: dict[str, BaseDistribution]) -> list[tuple[str, int, dict]]:
+    """(name, sign, configuration) per constant: the centre with that one constant moved far."""
+    moves = []
+    for name in sorted(space):
+        dist, value = space[name], centre[name]
+        prior = prior_of(name)
+        params = dict(centre)
+        if isinstance(value, bool):
+            params[name] = not value
+        elif prior is not None and not isinstance(prior.default, bool) and format_value(clip(
+                type(value)(prior.default), dist)) != format_value(value) and steps_to(value, prior.default, dist) >= 2:
+            params[name] = clip(type(value)(prior.default), dist)
+        else:
+            low, high = (prior.low, prior.high) if prior is not None and prior.low is not None else (None, None)
+            room_down = steps_to(value, low if low is not None else _low_of(dist), dist)
+            room_up = steps_to(value, high if high is not None else _high_of(dist), dist)
+            sign = 1 if room_up >= room_down else -1
+            params[name] = neighbour(value, dist, SCREEN_STEPS, random.Random(0), sign)
+        if format_value(params[name]) == format_value(value):
+            continue
+        moved, old = params[name], value
+        sign = 1 if (moved > old if not isinstance(moved, bool) else moved) else -1
+        moves.append((name, sign, params))
+    return moves
+
+
+def _low_of(dist: BaseDistribution):
+    return min(dist.choices) if isinstance(dist, CategoricalDistribution) else dist.low
+
+
+def _high_of(dist: BaseDistribution):
+    return max(dist.choices) if isinstance(dist, CategoricalDistribution) else dist.high
+
+
+def steps_to(value, edge, dist: BaseDistribution) -> float:
+    """steps_between for any numeric constant (choices of powers of two: half-octaves too)."""
+    if isinstance(dist, CategoricalDistribution):
+        if value > 0 and edge > 0:
+            return 2 * abs(math.log2(edge / value))
+        return abs(edge - value)
+    return steps_between(value, edge, dist)
+
+
+def screen_effects(trials) -> list[tuple[str, int, float]]:
+    """The latest screen's constants, the most effective first, as (name, sign that helped, effect).
+    A screening trial at least as good as the best at the screen's budget went on to the full
+    budget (COMPLETE): those come first, by score. The ones stopped at the screen (PRUNED, scored at
+    the screen's budget) follow by how far their score is from the screen's median (most
+    constants do not matter, so the median is the best's level): a move that hurt much names a
+    constant that matters, to be moved the other way. A failed run tells nothing of direction: last."""
+    screens = [t for t in trials if t.user_attrs.get("screen") and t.state != optuna.trial.TrialState.RUNNING]
+    if not screens:
+        return []
+    latest = screens[-1].user_attrs["centre"]
+    screens = [t for t in screens if t.user_attrs["centre"] == latest]
+    pruned = [(t, t.intermediate_values.get(0)) for t in screens if t.state == optuna.trial.TrialState.PRUNED]
+    pruned = [(t, v) for t, v in pruned if v is not None]
+    median = sorted(v for _, v in pruned)[len(pruned) // 2] if pruned else 0.0
+    ranked = []
+    for t in screens:
+        name, sign = t.user_attrs["screen"], int(t.user_attrs["sign"])
+        if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None:
+            ranked.append(((0, -t.value), name, sign, math.inf))
+    for t, v in pruned:
+        effect = abs(v - median)
+        ranked.append(((1, -effect), t.user_attrs["screen"], int(t.user_attrs["sign"]) * (1 if v >= median else -1),
+                       effect))
+    for t in screens:
+        if t.state == optuna.trial.TrialState.FAIL:
+            ranked.append(((2, 0.0), t.user_attrs["screen"], 0, 0.0))
+    return [(name, sign, effect) for _, name, sign, effect in sorted(ranked, key=lambda r: r[0])]
+
+
 # ---------------------------------------------------------------- the neighbourhood
 WIDEN_EVERY = 4      # trials around one best before the trials may go one constant and one step further
 MAX_RADIUS = 8
@@ -259,8 +347,9 @@ class LocalSearch(optuna.samplers.BaseSampler):
     constants only from radius 2 (a radius with no new neighbour left widens to the next).
     `space` (name -> distribution) is what may change; the agent sets both before asking."""
 
-    def __init__(self, seed: Optional[int] = None):
+    def __init__(self, seed: Optional[int] = None, screening: bool = False):
         self.rng = random.Random(seed)
+        self.screening = screening  # the screening pass (the run trains candidates at --screen first)
         self.space: dict[str, BaseDistribution] = {}
         self.centre: dict = {}
         self.last: dict = {}      # what the last sample_relative did: radius, changed names
@@ -279,7 +368,8 @@ class LocalSearch(optuna.samplers.BaseSampler):
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
         tried = {key_of(t.params) for t in trials if set(t.params) == set(search_space)}
         tried.add(key_of(centre))
-        around = sum(1 for t in trials if t.user_attrs.get("centre") == centre_key)
+        # (a screening pass's trials do not widen the neighbourhood: they were not in it)
+        around = sum(1 for t in trials if t.user_attrs.get("centre") == centre_key and not t.user_attrs.get("screen"))
         # Momentum: the first trial around a best that a keep just made repeats the move that won
         # (a detuned constant is often several steps from where it should be).
         again = _repeat_of_last_keep(trials, centre, search_space) if around == 0 else None
@@ -293,18 +383,34 @@ class LocalSearch(optuna.samplers.BaseSampler):
                 changed = [n for n in sorted(params) if format_value(params[n]) != format_value(centre[n])]
                 self.last = {"centre": centre_key, "radius": 1, "changed": changed, "prior": True}
                 return params
+        # Nothing known: screen the constants (once per best; the first best at once).
+        if self.screening:
+            kept = any(t.user_attrs.get("status") == "keep" for t in trials)
+            if not kept or around >= SCREEN_AFTER:
+                for name, sign, params in screening_moves(centre, search_space):
+                    if key_of(params) not in tried:
+                        self.last = {"centre": centre_key, "radius": 1, "changed": [name], "screen": name,
+                                     "sign": sign}
+                        return params
+        effects = screen_effects(trials)
+        focus = {name: sign for name, sign, _ in effects[:SCREEN_FOCUS] if name in search_space}
         radius = min(MAX_RADIUS, 1 + around // WIDEN_EVERY)
         while radius <= MAX_RADIUS:
             names = sorted(n for n in search_space if radius >= 2 or not coarse(search_space[n]))
+            if focus and radius < 3:  # after a screen: the constants that moved the score first
+                names = [n for n in names if n in focus] or names
             for _ in range(200 if names else 0):
                 count = self.rng.randint(1, min(len(names), radius))
                 params = dict(centre)
                 for name in self.rng.sample(names, count):
                     steps = self.rng.randint(1, radius)
-                    params[name] = neighbour(centre[name], search_space[name], steps, self.rng)
+                    params[name] = neighbour(centre[name], search_space[name], steps, self.rng,
+                                             focus.get(name) or None)
                 if key_of(params) not in tried:
                     changed = [n for n in sorted(params) if format_value(params[n]) != format_value(centre[n])]
                     self.last = {"centre": centre_key, "radius": radius, "changed": changed}
+                    if focus:
+                        self.last["focus"] = sorted(focus)
                     return params
             radius += 1
         self.last = {"centre": centre_key, "radius": radius, "changed": [], "exhausted": True}

@@ -13,7 +13,10 @@ that won. Then the first trials around a best move one constant by one
 step; the coarse moves (a flag flipped, a power of two doubled or halved, another choice) wait for
 the second radius. The longer the best stays put, the wider the trials go: every WIDEN_EVERY
 trials around the same best allow one more constant and one more step. A keep moves the best, and
-the next trials are around it again. (At a 60 s BipedalWalker budget, halving HIDDEN_SIZE or
+the next trials are around it again. When the run screens candidates (`--screen F`) and nothing is
+known (no keep yet, or SCREEN_AFTER trials around one best), a screening pass moves each constant
+once, far, and the trials after it move the constants that changed the score most first
+(local_search, "the screening pass"). (At a 60 s BipedalWalker budget, halving HIDDEN_SIZE or
 turning ANNEAL_LR off as a first move left policies that fall: a first hour spent far from the
 best.)
 
@@ -53,12 +56,13 @@ class OptunaAgent:
     name = "optuna"
 
     def __init__(self, run_dir: Path, only: Optional[set[str]] = None, seed: Optional[int] = None,
-                 sampler: str = "local"):
+                 sampler: str = "local", screening: bool = False):
         self.run_dir = Path(run_dir)
         self.only = only
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         # tpe / random: Optuna's own samplers over the whole space, the searches the default is compared with
-        self.sampler = {"local": LocalSearch, "tpe": lambda s: optuna.samplers.TPESampler(seed=s),
+        self.sampler = {"local": lambda s: LocalSearch(s, screening=screening),
+                        "tpe": lambda s: optuna.samplers.TPESampler(seed=s),
                         "random": lambda s: optuna.samplers.RandomSampler(seed=s)}[sampler](seed)
         self.study = optuna.create_study(
             study_name=STUDY_NAME, storage=f"sqlite:///{self.run_dir / RunFolder.OPTUNA}", direction="maximize",
@@ -85,7 +89,8 @@ class OptunaAgent:
             if not search_space(constants, only):
                 raise ValueError(f"nothing to tune: no numeric or boolean constant in the hyperparameter "
                                  f"block of {TRAIN_SCRIPT}")
-        return cls(run_dir, only, sampler=getattr(args, "optuna_sampler", None) or "local")
+        return cls(run_dir, only, sampler=getattr(args, "optuna_sampler", None) or "local",
+                   screening=getattr(args, "screen", None) is not None)
 
     # ------------------------------------------------------------ the space, stored with the study
     def space(self, constants: list[Constant]) -> dict[str, BaseDistribution]:
@@ -148,6 +153,10 @@ class OptunaAgent:
             self.study.tell(trial, state=TrialState.FAIL)
             trial = self.study.ask(fixed_distributions=space)
         info = dict(self.sampler.last) if local else {"sampler": type(self.sampler).__name__}
+        if info.get("focus") and info["focus"] != self.study.user_attrs.get("focus"):
+            self.study.set_user_attr("focus", info["focus"])
+            logging.getLogger("autorl").info("optuna: the screen found these constants move the score most; the "
+                                             "next trials move them first: %s", ", ".join(info["focus"]))
         for name, value in info.items():
             trial.set_user_attr(name, value)
         trial.set_user_attr("exp", ctx.exp)
@@ -160,7 +169,8 @@ class OptunaAgent:
         path.write_text(new_text)
         changed = [f"{n} {format_value(current[n])}->{format_value(v)}" for n, v in trial.params.items()
                    if format_value(v) != format_value(current[n])]
-        return Proposal(description=f"optuna trial {trial.number}: " + ", ".join(changed))
+        what = " (screening pass)" if info.get("screen") else ""
+        return Proposal(description=f"optuna trial {trial.number}: " + ", ".join(changed) + what)
 
     def tell(self, ctx: AgentContext, outcome: Outcome) -> None:
         trial = self.pending.pop(ctx.exp, None)
