@@ -2,15 +2,21 @@
 
 A translation (JAX or Rust) reimplements the reference's step and must sync state with it. That is
 possible for environments written in Python (classic control, toy text, `envs/<name>/` created ones),
-not for ones that step a compiled physics engine with no port to translate to: Box2D has none, and
-MuJoCo has one (MJX) only when `mujoco-mjx` is installed. The daemon asks this before it schedules
-translate experiments for a code-writing agent. Decided by the env spec's entry point module alone:
-nothing is instantiated.
+not for ones that step a compiled physics engine with no port to translate to: MuJoCo has one (MJX)
+only when `mujoco-mjx` is installed, and Box2D has none in general. A Box2D env for which this
+checkout ships a port of its scene (BipedalWalker-v3: envs_fast/bipedalwalker_v3.rs, Box2D 2.3's
+solver translated) is translatable: translate experiments improve that port. The daemon asks this
+before it schedules translate experiments for a code-writing agent. Decided by the env spec's entry
+point module and the shipped files alone: nothing is instantiated.
 """
 from __future__ import annotations
 
 import importlib.util
+import shutil
+from pathlib import Path
 from typing import Optional
+
+from envs_fast.protocol import translation_path
 
 # entry point module prefix -> (engine, the importable port that makes it translatable, or None)
 ENGINES = {
@@ -31,16 +37,41 @@ def entry_module(env_id: str) -> Optional[str]:
     return entry.split(":", 1)[0] if isinstance(entry, str) else getattr(entry, "__module__", None)
 
 
-def no_port_reason(env_id: str) -> Optional[str]:
+def engine_of(env_id: str) -> Optional[str]:
+    """The compiled physics engine `env_id` steps ("Box2D", "MuJoCo"), or None."""
+    module = entry_module(env_id)
+    for prefix, (engine, _) in ENGINES.items():
+        if module is not None and (module == prefix or module.startswith(prefix + ".")):
+            return engine
+    return None
+
+
+def shipped_port(env_id: str, root: Optional[Path] = None) -> Optional[Path]:
+    """The translation of `env_id` shipped in `root`/envs_fast (default: this package), Rust first
+    (the language an engine's scene is ported to), or None."""
+    for lang in ("rust", "jax"):
+        path = translation_path(env_id, root, lang)
+        if path.is_file():
+            return path
+    return None
+
+
+def no_port_reason(env_id: str, root: Optional[Path] = None) -> Optional[str]:
     """Why no translation of `env_id` can pass verification here (one sentence), or None when its
-    physics is plain Python (or unknown: then translating is worth a try)."""
+    physics is plain Python (or unknown: then translating is worth a try) or ported in `root`."""
     module = entry_module(env_id)
     if module is None:
         return None
     for prefix, (engine, port) in ENGINES.items():
         if module == prefix or module.startswith(prefix + "."):
             if port is None:
-                return f"{env_id} steps the {engine} physics engine ({module}), which has no JAX or Rust port"
+                shipped = shipped_port(env_id, root)
+                if shipped is None:
+                    return f"{env_id} steps the {engine} physics engine ({module}), which has no JAX or Rust port"
+                if shipped.suffix == ".rs" and shutil.which("rustc") is None:
+                    return (f"{env_id} steps the {engine} physics engine ({module}); its port "
+                            f"envs_fast/{shipped.name} is Rust and rustc is not on PATH (install it: rustup.rs)")
+                return None
             if not _importable(port):
                 return (f"{env_id} steps the {engine} physics engine ({module}) and its port {port} is not "
                         f"installed (pip install {port.replace('.', '-')})")

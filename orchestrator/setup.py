@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from envs_fast.cache import CACHE_ENV_VAR
-from envs_fast.portability import no_port_reason
+from envs_fast.portability import engine_of, no_port_reason, shipped_port
 
 from . import agents as agent_kinds
 from . import shipped
@@ -291,6 +291,10 @@ def plan_schedule(options: Options, agent_name: Optional[str] = None) -> tuple[l
         else:
             phases, schedule = DEFAULT_PHASES, DEFAULT_SCHEDULE
             why = f"a code-writing agent alternates translating the env and training ({DEFAULT_SCHEDULE})"
+            engine, port = (engine_of(options.env_id), shipped_port(options.env_id)) if options.env_id else (None, None)
+            if engine and port:
+                why += (f"; {options.env_id}'s {engine} scene is ported in envs_fast/{port.name}: translate "
+                        f"experiments make the port faster")
     elif phases and not schedule and set(phases.replace(" ", "").split(",")) == {"translate", "train"}:
         schedule = DEFAULT_SCHEDULE
     try:
