@@ -28,17 +28,7 @@ one night of 4 experiments, 2 rescoring seeds: about 15 minutes on 2 cores. Each
 the gap to the shipped train.py (rescored alike): a problem whose gap is not clearly positive on
 this machine measures nothing. `--baselines N` passes `--baselines N` to every night.
 
-Drawn detunes (`--drawn N --envs Pendulum-v1,Acrobot-v1`): a family of problems the agent cannot be
-fitted to. For each env, N draws (`--draw-seed S`, documented in the JSON): a constant drawn
-uniformly from every constant of the block the night's path reads that has a prior
-(orchestrator/agents/ppo_priors.py), set 4x, 8x or 16x outside its usual range (on its own scale: a
-rate or a size divided or multiplied, a discount's distance to 1 multiplied, a flag off its usual
-value). Before the night the draw is checked to cost score on that path: the detuned and the
-shipped train.py each train --baselines 2 runs at the problem's budget (the daemon's own
-setup and baselines, `--max-experiments 0`); a draw whose cost is under 4 sigma (pooled over the
-two pairs) is recorded as rejected and redrawn. Each searcher's night then starts from the same
-draw. `--json FILE` is rewritten after every night; `--resume FILE` reads such a file and adds the
-nights it lacks (draws are reproducible from the seed).
+Drawn detunes (`--drawn N --envs Pendulum-v1,Acrobot-v1`): see bench/drawn_detunes.py.
 
 Screening: `--screen off,0.25` runs each night both without and with `--screen 0.25`, side by
 side, and the table has a row for each. Compare them at equal wall time (`--minutes M`: each night
@@ -52,18 +42,21 @@ import argparse
 import json
 import math
 import os
-import platform
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 from scipy import stats
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
+from drawn_detunes import COST_SIGMAS, cost_figures, draw_detune  # noqa: E402
+from night_table import NightRow, load_nights, print_table, summarize, write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -110,52 +103,6 @@ def screens(text: str) -> list[float | None]:
     return fractions
 
 
-# ---------------------------------------------------------------- drawn detunes
-DRAW_FACTORS = (4, 8, 16)    # how far outside the usual range a drawn detune sits
-COST_SIGMAS = 4.0            # a draw must cost at least this many sigma to be a problem
-
-
-def drawable(path: str = "jax-e2e") -> list[tuple[str, object]]:
-    """(name, shipped value) of every constant of the shipped block that the `path` reads and that
-    has a prior with something atypical to it."""
-    from orchestrator.agents.hyperparameter_block import FIXED_NAMES, read_block
-    from orchestrator.agents.ppo_priors import prior_of
-
-    out = []
-    for c in read_block((REPO / TRAIN_PY).read_text()):
-        prior = prior_of(c.name)
-        if c.name in FIXED_NAMES or isinstance(c.value, str) or prior is None or (c.path and c.path != path):
-            continue
-        if prior.low is None and prior.usual == (False, True):
-            continue
-        out.append((c.name, c.value))
-    return out
-
-
-def draw_detune(env_id: str, index: int, seed: int, path: str = "jax-e2e") -> dict:
-    """Draw `index` of `env_id`: {constant, value, shipped, factor, side, why}; reproducible from `seed`."""
-    from orchestrator.agents.ppo_priors import prior_of
-
-    rng = np.random.default_rng([seed, index, sum(map(ord, env_id))])
-    name, shipped = drawable(path)[int(rng.integers(len(drawable(path))))]
-    prior, factor = prior_of(name), int(rng.choice(DRAW_FACTORS))
-    if isinstance(shipped, bool):
-        value, side = (not prior.default), "flag"
-    elif "GAMMA" in name or "LAMBDA" in name:   # a discount: its distance to 1, factor times the usual one
-        value, side = round(max(0.0, 1 - (1 - prior.low) * factor), 4), "below"
-    else:
-        below = prior.low > 0 and (not isinstance(shipped, int) or prior.low / factor >= 1) and rng.random() < 0.5
-        if below:
-            value, side = prior.low / factor, "below"
-        else:
-            value, side = (prior.high * factor if prior.high > 0 else prior.low - (prior.high - prior.low) * factor), "above"
-        value = int(round(value)) if isinstance(shipped, int) else float(f"{value:.4g}")
-    return {"env_id": env_id, "index": index, "seed": seed, "constant": name, "value": value, "shipped": shipped,
-            "factor": factor, "side": side,
-            "why": f"{name} {shipped} -> {value} ({factor}x {side} its usual {prior.low}..{prior.high})"
-            if prior.low is not None else f"{name} {shipped} -> {value} (off its usual value)"}
-
-
 def draw_cost(root: Path, problem: Problem, timeout_s: float) -> dict:
     """What the draw costs on the night's path: the detuned and the shipped train.py, 2 baselines
     each (the daemon's setup verification and baselines), and sigma pooled over the two pairs."""
@@ -173,11 +120,7 @@ def draw_cost(root: Path, problem: Problem, timeout_s: float) -> dict:
 
         rows = pd.read_csv(clone / "results" / "cost" / "results.tsv", sep="\t")
         scores[which] = [float(x) for x in rows.score.dropna()]
-    pairs = [abs(a - b) / math.sqrt(2) for a, b in (scores["detuned"], scores["shipped"])]
-    sigma = max(math.sqrt(sum(p * p for p in pairs) / 2), 1e-9)
-    cost = float(np.mean(scores["shipped"]) - np.mean(scores["detuned"]))
-    return {"detuned": scores["detuned"], "shipped": scores["shipped"], "sigma": sigma, "cost": cost,
-            "cost_sigmas": cost / sigma}
+    return cost_figures(scores["detuned"], scores["shipped"])
 
 
 def drawn_problem(draw: dict, budget_s: float) -> Problem:
@@ -318,37 +261,6 @@ def better(best: list[float], start: list[float]) -> tuple[float, bool]:
     return p, p < 0.05
 
 
-def mean_ci(values: list[float]) -> tuple[float, float, float]:
-    values = np.asarray(values, float)
-    mean = float(values.mean())
-    if len(values) < 2:
-        return mean, math.nan, math.nan
-    half = float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
-    return mean, mean - half, mean + half
-
-
-# ---------------------------------------------------------------- the table
-@dataclass
-class NightRow:
-    problem: str
-    searcher: str
-    screen: float | None    # --screen F, None: off
-    night: int
-    start_rescored: list
-    best_rescored: list
-    improvement: float
-    p_better: float
-    significant: bool
-    kept: int
-    screened: int
-    candidates: int
-    false_keep: bool
-    full_budgets: float
-    wall_s: float
-    gap_recovered: float | None
-    draw: dict | None = None     # a drawn detune: what was drawn and what it cost before the night
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one problem, optuna and none, one night of 4 experiments")
@@ -462,59 +374,6 @@ def drawn_problems(args, base: Path, draws: list[dict], rows: list[NightRow], sh
             if draw["accepted"]:
                 accepted += 1
                 yield problem, draw
-
-
-def load_nights(path: Path) -> tuple[list[NightRow], dict, list[dict]]:
-    data = json.loads(path.read_text()) if path.exists() else {}
-    return ([NightRow(**r) for r in data.get("nights", [])], data.get("shipped_rescored", {}),
-            data.get("draws", []))
-
-
-def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float], draws: list[dict] = ()) -> None:
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    machine = {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(), "node": platform.node()}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"commit": commit, "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                "machine": machine, "nights": [asdict(r) for r in rows],
-                                "summary": summarize(rows), "shipped_rescored": shipped_scores,
-                                "draws": list(draws)}, indent=1, default=str))
-
-
-def summarize(rows: list[NightRow]) -> list[dict]:
-    """One row per (problem, searcher, screen), and per (searcher, screen) over all drawn detunes."""
-    out = []
-    family = lambda r: "drawn (all draws)" if r.draw else r.problem
-    keys = list(dict.fromkeys((r.problem, r.searcher, r.screen) for r in rows))
-    keys += list(dict.fromkeys((family(r), r.searcher, r.screen) for r in rows if r.draw))
-    for key in keys:
-        group = [r for r in rows if (r.problem, r.searcher, r.screen) == key or (family(r), r.searcher, r.screen) == key]
-        mean, low, high = mean_ci([r.improvement for r in group])
-        budgets = sum(r.full_budgets for r in group)
-        recovered = [r.gap_recovered for r in group if r.gap_recovered is not None]
-        out.append({"problem": key[0], "searcher": key[1], "screen": key[2], "nights": len(group), "improvement": mean,
-                    "ci95": [low, high], "significant_nights": sum(r.significant for r in group),
-                    "false_keeps": sum(r.false_keep for r in group),
-                    "gap_recovered": float(np.mean(recovered)) if recovered else None,
-                    "nights_recovering_80pct": sum(r >= 0.8 for r in recovered) if recovered else None,
-                    "full_budgets": budgets, "improvement_per_budget": sum(r.improvement for r in group) / budgets,
-                    "candidates": sum(r.candidates for r in group), "wall_min": sum(r.wall_s for r in group) / 60,
-                    "candidates_per_hour": sum(r.candidates for r in group) / max(sum(r.wall_s for r in group), 1) * 3600,
-                    "improvement_per_hour": sum(r.improvement for r in group) / max(sum(r.wall_s for r in group), 1) * 3600})
-    return out
-
-
-def print_table(summary: list[dict]) -> None:
-    print("\n| problem | searcher | screen | nights | improvement (95% CI) | significant | false keeps | gap recovered "
-          "| nights >= 80% | budgets | per budget | candidates/h | per hour | wall min |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for s in summary:
-        low, high = s["ci95"]
-        ci = f"{s['improvement']:+.1f}" + (f" ({low:+.1f}, {high:+.1f})" if low == low else "")
-        gap = f"{100 * s['gap_recovered']:.0f}%" if s["gap_recovered"] is not None else "-"
-        print(f"| {s['problem']} | {s['searcher']} | {s['screen'] or 'off'} | {s['nights']} | {ci} | {s['significant_nights']} | "
-              f"{s['false_keeps']} | {gap} | {s['nights_recovering_80pct'] if s['gap_recovered'] is not None else '-'} | "
-              f"{s['full_budgets']:.1f} | {s['improvement_per_budget']:+.2f} | "
-              f"{s['candidates_per_hour']:.0f} | {s['improvement_per_hour']:+.1f} | {s['wall_min']:.1f} |")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,101 @@
+"""The night benchmark's record (bench/nights.py): one NightRow per night, the JSON file a run
+rewrites after every night (and a resumed run reads), and the summary table per (problem, searcher,
+screen), with the drawn detunes also summed over all their draws."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy import stats
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def mean_ci(values: list[float]) -> tuple[float, float, float]:
+    values = np.asarray(values, float)
+    mean = float(values.mean())
+    if len(values) < 2:
+        return mean, math.nan, math.nan
+    half = float(stats.t.ppf(0.975, len(values) - 1) * values.std(ddof=1) / math.sqrt(len(values)))
+    return mean, mean - half, mean + half
+
+
+@dataclass
+class NightRow:
+    problem: str
+    searcher: str
+    screen: float | None    # --screen F, None: off
+    night: int
+    start_rescored: list
+    best_rescored: list
+    improvement: float
+    p_better: float
+    significant: bool
+    kept: int
+    screened: int
+    candidates: int
+    false_keep: bool
+    full_budgets: float
+    wall_s: float
+    gap_recovered: float | None
+    draw: dict | None = None     # a drawn detune: what was drawn and what it cost before the night
+
+
+def load_nights(path: Path) -> tuple[list[NightRow], dict, list[dict]]:
+    data = json.loads(path.read_text()) if path.exists() else {}
+    return ([NightRow(**r) for r in data.get("nights", [])], data.get("shipped_rescored", {}),
+            data.get("draws", []))
+
+
+def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float], draws: list[dict] = ()) -> None:
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    machine = {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(), "node": platform.node()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"commit": commit, "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                "machine": machine, "nights": [asdict(r) for r in rows],
+                                "summary": summarize(rows), "shipped_rescored": shipped_scores,
+                                "draws": list(draws)}, indent=1, default=str))
+
+
+def summarize(rows: list[NightRow]) -> list[dict]:
+    """One row per (problem, searcher, screen), and per (searcher, screen) over all drawn detunes."""
+    out = []
+    family = lambda r: "drawn (all draws)" if r.draw else r.problem
+    keys = list(dict.fromkeys((r.problem, r.searcher, r.screen) for r in rows))
+    keys += list(dict.fromkeys((family(r), r.searcher, r.screen) for r in rows if r.draw))
+    for key in keys:
+        group = [r for r in rows if (r.problem, r.searcher, r.screen) == key or (family(r), r.searcher, r.screen) == key]
+        mean, low, high = mean_ci([r.improvement for r in group])
+        budgets = sum(r.full_budgets for r in group)
+        recovered = [r.gap_recovered for r in group if r.gap_recovered is not None]
+        out.append({"problem": key[0], "searcher": key[1], "screen": key[2], "nights": len(group), "improvement": mean,
+                    "ci95": [low, high], "significant_nights": sum(r.significant for r in group),
+                    "false_keeps": sum(r.false_keep for r in group),
+                    "gap_recovered": float(np.mean(recovered)) if recovered else None,
+                    "nights_recovering_80pct": sum(r >= 0.8 for r in recovered) if recovered else None,
+                    "full_budgets": budgets, "improvement_per_budget": sum(r.improvement for r in group) / budgets,
+                    "candidates": sum(r.candidates for r in group), "wall_min": sum(r.wall_s for r in group) / 60,
+                    "candidates_per_hour": sum(r.candidates for r in group) / max(sum(r.wall_s for r in group), 1) * 3600,
+                    "improvement_per_hour": sum(r.improvement for r in group) / max(sum(r.wall_s for r in group), 1) * 3600})
+    return out
+
+
+def print_table(summary: list[dict]) -> None:
+    print("\n| problem | searcher | screen | nights | improvement (95% CI) | significant | false keeps | gap recovered "
+          "| nights >= 80% | budgets | per budget | candidates/h | per hour | wall min |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for s in summary:
+        low, high = s["ci95"]
+        ci = f"{s['improvement']:+.1f}" + (f" ({low:+.1f}, {high:+.1f})" if low == low else "")
+        gap = f"{100 * s['gap_recovered']:.0f}%" if s["gap_recovered"] is not None else "-"
+        print(f"| {s['problem']} | {s['searcher']} | {s['screen'] or 'off'} | {s['nights']} | {ci} | {s['significant_nights']} | "
+              f"{s['false_keeps']} | {gap} | {s['nights_recovering_80pct'] if s['gap_recovered'] is not None else '-'} | "
+              f"{s['full_budgets']:.1f} | {s['improvement_per_budget']:+.2f} | "
+              f"{s['candidates_per_hour']:.0f} | {s['improvement_per_hour']:+.1f} | {s['wall_min']:.1f} |")
