@@ -8,7 +8,7 @@ The score is NOT computed here: the daemon evaluates the artifact with the fixed
 The budget clock starts when this process starts: imports, building the envs and JAX compilation
 count, and no update is launched that would end past the budget.
 
-Two paths, one algorithm, one artifact. The backend is what evaluate.make_vec_env(backend="auto")
+Three paths, one algorithm, one artifact. The backend is what evaluate.make_vec_env(backend="auto")
 would train on (envs_fast.choose_backend: the fastest *verified* backend; a BACKEND set by hand
 trains only if verified in this run, else on the reference), then:
 - jax-e2e: a functional JAX backend (a verified translation envs_fast/<slug>.py, or gymnax) is
@@ -18,8 +18,14 @@ trains only if verified in this run, else on the reference), then:
   translated module by module (a module it cannot translate is refused before training), and
   copied back at the end, so the export is the same as the host path's. The compiling counts in the
   budget: the runner gives every run an empty $AUTORL_JAX_CACHE_DIR, so every run compiles cold.
-- host: anything else (envpool, gymnasium; e.g. BipedalWalker-v3) is stepped from a torch loop,
-  the networks on DEVICE.
+- jax-host: a vector backend that is not JAX (a verified Rust translation envs_fast/<slug>.rs,
+  envpool; e.g. BipedalWalker-v3) stepped from a Python loop, one compiled policy call and one vector
+  env step per step, and the rollout learnt from by the jax-e2e path's learner (make_jax_learner:
+  the same networks, statistics, GAE and PPO epochs, compiled once) with the host path's constants
+  (NUM_ENVS, NUM_STEPS, LEARNING_RATE, UPDATE_EPOCHS, NUM_MINIBATCHES). Chosen by LEARNER ("auto":
+  from a budget of JAX_HOST_MIN_BUDGET, where its compile pays for itself).
+- host: the same backends (and gymnasium's own vector env) stepped from a torch loop, the torch
+  learner on DEVICE (LEARNER = "torch", or a budget too short to repay the JAX compile).
 After exporting, the artifact is reloaded as the harness loads it and its actions compared with the
 trained policy's on observations from training (`export_check:`); a mismatch exits non-zero.
 
@@ -64,6 +70,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repositor
 import evaluate  # noqa: E402  (the fixed harness: constants and env factories)
 
 # >>> hyperparameters
+# "(host path)" constants are the jax-host path's too: the same PPO, its learning compiled in JAX
 NUM_ENVS = 32  # parallel environments (host path)
 NUM_STEPS = 256  # steps per env per rollout (host path)
 LEARNING_RATE = 3e-4  # Adam, annealed linearly to 0 over the time budget (host path)
@@ -87,6 +94,7 @@ REWARD_CLIP = 10.0  # clip scaled rewards
 TORCH_THREADS = 1  # small MLPs are fastest single-threaded; the env backend uses the rest
 DEVICE = "auto"  # torch device of the host path: "auto" (cuda when available), "cuda" or "cpu"
 BACKEND = "auto"  # evaluate.make_vec_env backend ("auto": the fastest verified one)
+LEARNER = "auto"  # who learns on a host backend (Rust, envpool, gymnasium): "torch" (host path), "jax" (jax-host path), "auto"
 JAX_NUM_ENVS = 32  # parallel environments (jax-e2e path)
 JAX_NUM_STEPS = 64  # steps per env per rollout (jax-e2e path)
 JAX_LEARNING_RATE = 2e-3  # Adam, annealed like LEARNING_RATE (jax-e2e path)
@@ -99,8 +107,13 @@ TIME_BUDGET = evaluate.TIME_BUDGET
 SEED = int(os.environ.get("AUTORL_SEED", 1))
 OUTPUT_DIR = Path(os.environ.get("AUTORL_OUTPUT_DIR", "out"))
 JAX_CACHE_DIR = os.environ.get("AUTORL_JAX_CACHE_DIR")  # the runner's compilation cache (empty for every run)
-HOST_SPECS = ("envpool", "gymnasium", "reference")  # vector backends: stepped from the torch loop
+HOST_SPECS = ("envpool", "gymnasium", "reference")  # vector backends: stepped from a Python loop (host, jax-host)
 SCALARS = ("logp", "reward", "valid", "terminated", "done", "finished_return", "discounted_return")  # jax-e2e rollout
+# LEARNER = "auto" trains a Rust translation or envpool with the JAX learner (jax-host) from this budget
+# on. Measured on 2 cores under load 6-7 (November 26, bench/results/bipedal-training-2026-11-26.txt):
+# its compile took 6-16 s, so at 12 s CartPole on envpool trained nothing (host: 0-1 updates), while
+# at 30 s it trained 4-5x the host path's env steps (245k-408k vs 48k-89k), and BipedalWalker 2-5x at 45 s.
+JAX_HOST_MIN_BUDGET = 30.0
 EXPORT_TOLERANCE = 1e-4  # export_check: max |action difference| for Box actions (+1e-5 x |action|)
 TIE_TOLERANCE = 1e-5  # export_check, Discrete actions: a logit this close to the best is a tie
 
@@ -207,9 +220,31 @@ def choose_backend():
     return resolve_spec(BACKEND, ENV_ID), "BACKEND is set in train.py (verified in this run)"
 
 
+def choose_path(spec):
+    """(path, why): which loop and learner train `spec`.
+    - a functional JAX backend: jax-e2e (LEARNER = "torch": the host path over its vector adapter);
+    - any other (a Rust translation, envpool, gymnasium): LEARNER = "torch" the host path, "jax" the
+      jax-host path, "auto" jax-host for a Rust translation or envpool when the budget is at least
+      JAX_HOST_MIN_BUDGET, else the host path (measured, see there). gymnasium's own vector env (the
+      reference, any env) stays on the host path: its steps, not the learner, are the cost there."""
+    if LEARNER not in ("auto", "torch", "jax"):
+        raise SystemExit(f"LEARNER must be \"auto\", \"torch\" or \"jax\", not {LEARNER!r}")
+    if is_jax_functional(spec):
+        if LEARNER == "torch":
+            return "host", "LEARNER = \"torch\": the torch loop over the JAX backend's vector adapter"
+        return "jax-e2e", "a functional JAX backend: trained end to end under jit"
+    if LEARNER != "auto":
+        return {"torch": "host", "jax": "jax-host"}[LEARNER], f"LEARNER = {LEARNER!r}"
+    if spec in ("reference", "gymnasium"):
+        return "host", "LEARNER = \"auto\": gymnasium's vector env is stepped by the torch loop"
+    if TIME_BUDGET >= JAX_HOST_MIN_BUDGET:
+        return "jax-host", f"LEARNER = \"auto\": the JAX learner repays its compile in a {TIME_BUDGET:g} s budget"
+    return "host", f"LEARNER = \"auto\": the JAX learner's compile does not pay in a {TIME_BUDGET:g} s budget"
+
+
 def is_jax_functional(spec):
     """True for a JAX translation file or gymnax (trained end to end); False for host backends
-    (a Rust translation `.rs` is a native vector env: the torch loop steps it)."""
+    (a Rust translation `.rs` is a native vector env: a Python loop steps it)."""
     return spec not in HOST_SPECS and not str(spec).endswith(".rs")
 
 
@@ -545,31 +580,35 @@ def jax_layers(sequential, name):
     return layers
 
 
-def make_jax_training(spec, problem, agent):
-    """PPO for a functional JAX backend, PureJaxRL's shape. Returns a namespace:
-      state                      the initial training state (a pytree: weights, optimiser, envs, statistics)
-      update(state, lr, ent)     one PPO iteration, pure: rollout (lax.scan over JAX_NUM_STEPS steps of
-                                 JAX_NUM_ENVS vmapped envs), statistics, GAE, JAX_UPDATE_EPOCHS epochs;
-                                 -> (state, metrics)
-      env_step(key, ...)         the envs one step on (autoreset, time limit): what `update` calls
-      outputs(state, raw_obs)    the actor's outputs (logits or action means) on raw observations
-      act(state, raw_obs)        the trained policy: raw observations -> deterministic actions
-      to_torch(state, agent)     copies the weights into the torch Agent, returns the obs normalisation
-      first_update_seconds       a conservative estimate of the first update's time, before it is timed
-    The weights start as `agent`'s (so both paths initialise alike) and go back into it for the export.
+def make_jax_learner(problem, agent, num_envs, num_steps, update_epochs, num_minibatches):
+    """The JAX PPO learner both JAX paths share, for rollouts of `num_steps` steps of `num_envs` envs:
+    the Agent's networks translated, action sampling, running statistics, the per-step bookkeeping,
+    and `learn` (statistics, GAE, `update_epochs` epochs of `num_minibatches` minibatches). Returns a
+    namespace (`s` is a training state: a dict holding at least params, opt, obs_rms, ret_rms, check_obs):
+      params, opt                the initial weights (one flat vector, `agent`'s) and optimiser state
+      sample(flat, x, noise)     an action and its log-probability, given uniform(0, 1) noise
+      features(raw_obs, obs_rms) the network input from raw observations (the transform the export bakes in)
+      to_env(action)             the action as the env takes it (clipped to the Box; int32 for Discrete)
+      rms_init(shape)            fresh running statistics
+      random_bits(key, count)    `count` random uint32 from a uint32[2] key
+      orders(bits)               the minibatch permutations of all epochs from E*T*N random bits
+      record_step(e, logp, reward, terminated, done) -> (bookkeeping, scalars): one step's SCALARS and the
+                                 envs' updated needs_reset / episode_return / discounted_return (taken from e)
+      check_obs_init(shape, dtype) the buffer of raw observations kept for export_check
+      learn(s, first_raw_obs, next_raw_obs, actions, scalars, orders, lr, ent_coef) -> (learned, metrics):
+                                 the fields of `s` it updates, and the rollout's figures
+      outputs(s, raw_obs), act(s, raw_obs), to_torch(s, agent), num_weights
+    The weights start as `agent`'s (so every path initialises alike) and go back into it for the export.
     Raises Untranslatable, before anything is compiled, for an Agent it cannot compute exactly."""
     import jax
     import jax.numpy as jnp
     import jax.scipy.special
     import optax
 
-    from envs_fast.backend import load_functional
-    from envs_fast.vector import derive_keys, max_episode_steps, mix32
+    from envs_fast.vector import mix32
 
     p = problem
-    backend = load_functional(spec, ENV_ID)
-    time_limit = max_episode_steps(ENV_ID) or evaluate.MAX_EPISODE_STEPS
-    N, T, E, M = JAX_NUM_ENVS, JAX_NUM_STEPS, JAX_UPDATE_EPOCHS, JAX_NUM_MINIBATCHES
+    N, T, E, M = num_envs, num_steps, update_epochs, num_minibatches
     minibatch = (T * N) // M
 
     # ---- networks: the Agent's modules translated, their weights (and log-std for Box actions) in one
@@ -577,13 +616,13 @@ def make_jax_training(spec, problem, agent):
     layers = {"actor": jax_layers(agent.actor, "actor"), "critic": jax_layers(agent.critic, "critic")}
     log_std = None if p.discrete else getattr(agent, "actor_logstd", None)
     if not p.discrete and not isinstance(log_std, nn.Parameter):
-        raise Untranslatable("Box actions need agent.actor_logstd (a state-independent log-std) on the jax-e2e path")
+        raise Untranslatable("Box actions need agent.actor_logstd (a state-independent log-std) on the JAX paths")
     trained = {id(param) for net in layers.values() for sources, _ in net for param, _ in sources.values()}
     trained |= {id(log_std)} if log_std is not None else set()
     untrained = [name for name, param in agent.named_parameters() if id(param) not in trained]
     if untrained:
         raise Untranslatable(f"agent parameters outside actor, critic and actor_logstd ({', '.join(untrained)}): "
-                             f"the jax-e2e path would not train them")
+                             f"the JAX paths would not train them")
 
     def weights(net):
         return [{key: param.detach().cpu().numpy().T if transposed else param.detach().cpu().numpy()
@@ -668,39 +707,12 @@ def make_jax_training(spec, problem, agent):
         high = jnp.asarray(p.act_space.high, jnp.float32).reshape(-1)
         to_env = lambda action: jnp.clip(action, low, high).reshape((N,) + p.act_space.shape)
 
-    # ---- the envs
-    def env_step(key, env_state, elapsed, needs_reset, action):
-        """The N envs one step on, with gymnasium's NEXT_STEP autoreset and the registered time limit,
-        as envs_fast/vector.py's adapter does: an env whose previous step ended its episode is reset
-        instead (reward 0, flags False). When any env is due, resets are drawn for all of them at
-        once: a single call site of the backend's reset (each jax.random call site costs compile time)."""
-        obs, stepped, reward, terminated = jax.vmap(backend.step)(derive_keys(key, N), env_state, action)
-
-        def reset(_):
-            fresh = jax.vmap(backend.reset)(derive_keys(key ^ jnp.uint32(0x5BD1E995), N))
-            pick = lambda new, old: jnp.where(needs_reset.reshape((N,) + (1,) * (old.ndim - 1)),
-                                              new.astype(old.dtype), old)
-            return jax.tree_util.tree_map(pick, fresh, (obs, stepped))
-
-        obs, stepped = jax.lax.cond(needs_reset.any(), reset, lambda _: (obs, stepped), None)
-        elapsed = jnp.where(needs_reset, 0, elapsed + 1)
-        terminated = jnp.asarray(terminated, bool).reshape(N) & ~needs_reset
-        truncated = (elapsed >= time_limit) & ~needs_reset
-        reward = jnp.where(needs_reset, 0.0, jnp.asarray(reward, jnp.float32).reshape(N))
-        return obs, stepped, reward, terminated, truncated, elapsed, terminated | truncated
-
-    # ---- the training state (built on the host: nothing to compile). Every env starts flagged
-    # `needs_reset`, so the first step resets them all, as an autoreset env does.
     tx = optax.chain(optax.clip_by_global_norm(MAX_GRAD_NORM), optax.scale_by_adam(eps=1e-5))
-    obs_shape, env_shape = jax.eval_shape(jax.vmap(backend.reset), jax.ShapeDtypeStruct((N, 2), jnp.uint32))
-    zeros = lambda tree: jax.tree_util.tree_map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), tree)
+    opt = jax.tree_util.tree_map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), jax.eval_shape(tx.init, flat_params))
     check_stride = max(1, T // 16)  # raw observations kept from each rollout for export_check
-    envs = {"env": zeros(env_shape), "raw_obs": zeros(obs_shape), "elapsed": np.zeros(N, np.int32),
-            "needs_reset": np.ones(N, bool),  # the previous step ended the episode: this one resets
-            "episode_return": np.zeros(N, np.float32), "discounted_return": np.zeros(N, np.float32)}
-    state = {"params": flat_params, "opt": zeros(jax.eval_shape(tx.init, flat_params)), "key": np.array([0, SEED], np.uint32), "envs": envs,
-             "obs_rms": rms_init((p.obs_dim,)), "ret_rms": rms_init(()),
-             "check_obs": np.zeros((len(range(0, T, check_stride)) * N,) + obs_shape.shape[1:], obs_shape.dtype)}
+
+    def check_obs_init(single_shape, dtype):
+        return np.zeros((len(range(0, T, check_stride)) * N,) + tuple(single_shape), dtype)
 
     def random_bits(key, count):
         """`count` random uint32 from a counter-based hash of (key, index): one cheap elementwise op
@@ -708,33 +720,24 @@ def make_jax_training(spec, problem, agent):
         index = jnp.arange(count, dtype=jnp.uint32)
         return mix32(key[0] ^ mix32(index * jnp.uint32(0x9E3779B1) + key[1]))
 
-    def update(s, lr, ent_coef):
+    def orders(bits):
+        return jnp.argsort(bits.reshape(E, T * N), axis=-1)[:, : M * minibatch]
+
+    def record_step(e, logp, reward, terminated, done):
+        valid = ~e["needs_reset"]  # a reset step's action is ignored and its reward is 0
+        episode_return = e["episode_return"] + reward
+        discounted_return = e["discounted_return"] * GAMMA * valid + reward
+        bookkeeping = {"needs_reset": done, "episode_return": jnp.where(done, 0.0, episode_return),
+                       "discounted_return": discounted_return}
+        # the step's scalars in one array (see SCALARS): each output of a scan costs a kernel
+        scalars = jnp.stack([logp, reward, valid, terminated, done, jnp.where(done, episode_return, 0.0),
+                             discounted_return], -1).astype(jnp.float32)
+        return bookkeeping, scalars
+
+    def learn(s, first_raw_obs, next_raw_obs, actions, scalars, orders, lr, ent_coef):
         params, obs_rms = s["params"], s["obs_rms"]
-        # The iteration's random numbers in one draw: uniform noise in (0, 1) for the actions (23 bits
-        # + 1/2: exact in float32, never 0 or 1) and sort keys for the minibatch permutations
-        key, env_key, next_key = derive_keys(s["key"], 3)
-        bits = random_bits(key, T * N * p.act_dim + E * T * N)
-        noise = ((bits[: T * N * p.act_dim] >> 9).astype(jnp.float32) + 0.5).reshape(T, N, p.act_dim) / 2.0**23
-        orders = jnp.argsort(bits[T * N * p.act_dim:].reshape(E, T * N), axis=-1)[:, : M * minibatch]
-
-        def rollout_step(e, noise_and_key):  # the weights and statistics are fixed during a rollout
-            noise, env_key = noise_and_key
-            action, logp = sample(params, features(e["raw_obs"], obs_rms), noise)
-            raw_obs, env_state, reward, terminated, _, elapsed, done = env_step(
-                env_key, e["env"], e["elapsed"], e["needs_reset"], to_env(action))
-            valid = ~e["needs_reset"]  # a reset step's action is ignored and its reward is 0
-            episode_return = e["episode_return"] + reward
-            discounted_return = e["discounted_return"] * GAMMA * valid + reward
-            e = {"env": env_state, "raw_obs": raw_obs, "elapsed": elapsed, "needs_reset": done,
-                 "episode_return": jnp.where(done, 0.0, episode_return), "discounted_return": discounted_return}
-            # the step's scalars in one array (see SCALARS): each output of a scan costs a kernel
-            scalars = jnp.stack([logp, reward, valid, terminated, done, jnp.where(done, episode_return, 0.0),
-                                 discounted_return], -1).astype(jnp.float32)
-            return e, (raw_obs, action, scalars)
-
-        envs, (next_raw_obs, actions, scalars) = jax.lax.scan(rollout_step, s["envs"], (noise, derive_keys(env_key, T)))
         column = lambda name: scalars[..., SCALARS.index(name)]  # (T, N), sliced where it is used
-        seen = jnp.concatenate([s["envs"]["raw_obs"][None], next_raw_obs])  # T + 1 observations per env
+        seen = jnp.concatenate([first_raw_obs[None], next_raw_obs])  # T + 1 observations per env
         x = features(seen.reshape(((T + 1) * N,) + seen.shape[2:]), obs_rms)  # as the rollout computed them
 
         # statistics over the rollout: the observations it met and the discounted returns
@@ -803,12 +806,11 @@ def make_jax_training(spec, problem, agent):
 
         (flat, opt, _), kls = jax.lax.scan(minibatch_step, (params, s["opt"], jnp.bool_(False)), rows)
         check_obs = next_raw_obs[::check_stride].reshape(s["check_obs"].shape)
-        s = {"params": flat, "opt": opt, "key": next_key, "envs": envs, "obs_rms": new_obs_rms, "ret_rms": ret_rms,
-             "check_obs": check_obs}
+        learned = {"params": flat, "opt": opt, "obs_rms": new_obs_rms, "ret_rms": ret_rms, "check_obs": check_obs}
         totals = scalars.sum((0, 1))  # one reduction for the three figures
         metrics = {"env_steps": totals[SCALARS.index("valid")], "return_sum": totals[SCALARS.index("finished_return")],
                    "episodes": totals[SCALARS.index("done")], "kl": kls[-1]}
-        return s, metrics
+        return learned, metrics
 
     def outputs(s, raw_obs):
         return network("actor", s["params"], features(raw_obs, s["obs_rms"]))
@@ -833,12 +835,167 @@ def make_jax_training(spec, problem, agent):
         mean, var = jax.device_get(s["obs_rms"][:2])
         return np.asarray(mean, np.float64), np.asarray(var, np.float64)
 
-    # A prior for the first update's time, before one was timed: its floating-point work (2 flops per
-    # weight and sample forward, 6 forward and backward) at 1 GFLOP/s, plus 2 us per env step: slower
-    # than any CPU core this runs on, so the first update is never launched without its margin.
-    flops = 2 * T * N * (num_weights["actor"] + num_weights["critic"]) + 6 * E * T * N * sum(num_weights.values())
-    return SimpleNamespace(state=state, update=update, env_step=env_step, outputs=outputs, act=act,
-                           to_torch=to_torch, num_envs=N, num_steps=T, first_update_seconds=flops / 1e9 + T * N * 2e-6)
+    return SimpleNamespace(params=flat_params, opt=opt, sample=sample, features=features, to_env=to_env,
+                           rms_init=rms_init, random_bits=random_bits, orders=orders, record_step=record_step,
+                           check_obs_init=check_obs_init, learn=learn, outputs=outputs, act=act, to_torch=to_torch,
+                           num_weights=num_weights)
+
+
+def learn_flops(learner, num_envs, num_steps, update_epochs):
+    """The floating-point work of one rollout's policy and learning: 2 flops per weight and sample
+    forward, 6 forward and backward. At 1 GFLOP/s (slower than any CPU core this runs on) it is the
+    prior for the first update's time, before one was timed."""
+    weights = learner.num_weights
+    return (2 * num_steps * num_envs * (weights["actor"] + weights["critic"])
+            + 6 * update_epochs * num_steps * num_envs * sum(weights.values()))
+
+
+def make_jax_training(spec, problem, agent):
+    """PPO for a functional JAX backend, PureJaxRL's shape (the jax-e2e path). Returns a namespace:
+      state                      the initial training state (a pytree: weights, optimiser, envs, statistics)
+      update(state, lr, ent)     one PPO iteration, pure: rollout (lax.scan over JAX_NUM_STEPS steps of
+                                 JAX_NUM_ENVS vmapped envs), statistics, GAE, JAX_UPDATE_EPOCHS epochs;
+                                 -> (state, metrics)
+      env_step(key, ...)         the envs one step on (autoreset, time limit): what `update` calls
+      outputs(state, raw_obs)    the actor's outputs (logits or action means) on raw observations
+      act(state, raw_obs)        the trained policy: raw observations -> deterministic actions
+      to_torch(state, agent)     copies the weights into the torch Agent, returns the obs normalisation
+      first_update_seconds       a conservative estimate of the first update's time, before it is timed
+    The learner is make_jax_learner's (shared with the jax-host path).
+    Raises Untranslatable, before anything is compiled, for an Agent it cannot compute exactly."""
+    import jax
+    import jax.numpy as jnp
+
+    from envs_fast.backend import load_functional
+    from envs_fast.vector import derive_keys, max_episode_steps
+
+    p = problem
+    backend = load_functional(spec, ENV_ID)
+    time_limit = max_episode_steps(ENV_ID) or evaluate.MAX_EPISODE_STEPS
+    N, T, E = JAX_NUM_ENVS, JAX_NUM_STEPS, JAX_UPDATE_EPOCHS
+    learner = make_jax_learner(p, agent, N, T, E, JAX_NUM_MINIBATCHES)
+
+    # ---- the envs
+    def env_step(key, env_state, elapsed, needs_reset, action):
+        """The N envs one step on, with gymnasium's NEXT_STEP autoreset and the registered time limit,
+        as envs_fast/vector.py's adapter does: an env whose previous step ended its episode is reset
+        instead (reward 0, flags False). When any env is due, resets are drawn for all of them at
+        once: a single call site of the backend's reset (each jax.random call site costs compile time)."""
+        obs, stepped, reward, terminated = jax.vmap(backend.step)(derive_keys(key, N), env_state, action)
+
+        def reset(_):
+            fresh = jax.vmap(backend.reset)(derive_keys(key ^ jnp.uint32(0x5BD1E995), N))
+            pick = lambda new, old: jnp.where(needs_reset.reshape((N,) + (1,) * (old.ndim - 1)),
+                                              new.astype(old.dtype), old)
+            return jax.tree_util.tree_map(pick, fresh, (obs, stepped))
+
+        obs, stepped = jax.lax.cond(needs_reset.any(), reset, lambda _: (obs, stepped), None)
+        elapsed = jnp.where(needs_reset, 0, elapsed + 1)
+        terminated = jnp.asarray(terminated, bool).reshape(N) & ~needs_reset
+        truncated = (elapsed >= time_limit) & ~needs_reset
+        reward = jnp.where(needs_reset, 0.0, jnp.asarray(reward, jnp.float32).reshape(N))
+        return obs, stepped, reward, terminated, truncated, elapsed, terminated | truncated
+
+    # ---- the training state (built on the host: nothing to compile). Every env starts flagged
+    # `needs_reset`, so the first step resets them all, as an autoreset env does.
+    obs_shape, env_shape = jax.eval_shape(jax.vmap(backend.reset), jax.ShapeDtypeStruct((N, 2), jnp.uint32))
+    zeros = lambda tree: jax.tree_util.tree_map(lambda leaf: np.zeros(leaf.shape, leaf.dtype), tree)
+    envs = {"env": zeros(env_shape), "raw_obs": zeros(obs_shape), "elapsed": np.zeros(N, np.int32),
+            "needs_reset": np.ones(N, bool),  # the previous step ended the episode: this one resets
+            "episode_return": np.zeros(N, np.float32), "discounted_return": np.zeros(N, np.float32)}
+    state = {"params": learner.params, "opt": learner.opt, "key": np.array([0, SEED], np.uint32), "envs": envs,
+             "obs_rms": learner.rms_init((p.obs_dim,)), "ret_rms": learner.rms_init(()),
+             "check_obs": learner.check_obs_init(obs_shape.shape[1:], obs_shape.dtype)}
+
+    def update(s, lr, ent_coef):
+        params, obs_rms = s["params"], s["obs_rms"]
+        # The iteration's random numbers in one draw: uniform noise in (0, 1) for the actions (23 bits
+        # + 1/2: exact in float32, never 0 or 1) and sort keys for the minibatch permutations
+        key, env_key, next_key = derive_keys(s["key"], 3)
+        bits = learner.random_bits(key, T * N * p.act_dim + E * T * N)
+        noise = ((bits[: T * N * p.act_dim] >> 9).astype(jnp.float32) + 0.5).reshape(T, N, p.act_dim) / 2.0**23
+        orders = learner.orders(bits[T * N * p.act_dim:])
+
+        def rollout_step(e, noise_and_key):  # the weights and statistics are fixed during a rollout
+            noise, env_key = noise_and_key
+            action, logp = learner.sample(params, learner.features(e["raw_obs"], obs_rms), noise)
+            raw_obs, env_state, reward, terminated, _, elapsed, done = env_step(
+                env_key, e["env"], e["elapsed"], e["needs_reset"], learner.to_env(action))
+            bookkeeping, scalars = learner.record_step(e, logp, reward, terminated, done)
+            return {"env": env_state, "raw_obs": raw_obs, "elapsed": elapsed, **bookkeeping}, (raw_obs, action, scalars)
+
+        envs, (next_raw_obs, actions, scalars) = jax.lax.scan(rollout_step, s["envs"], (noise, derive_keys(env_key, T)))
+        learned, metrics = learner.learn(s, s["envs"]["raw_obs"], next_raw_obs, actions, scalars, orders, lr, ent_coef)
+        return {**learned, "key": next_key, "envs": envs}, metrics
+
+    # the first update's prior: learn_flops at 1 GFLOP/s, plus 2 us per env step
+    return SimpleNamespace(state=state, update=update, env_step=env_step, outputs=learner.outputs, act=learner.act,
+                           to_torch=learner.to_torch, num_envs=N, num_steps=T,
+                           first_update_seconds=learn_flops(learner, N, T, E) / 1e9 + T * N * 2e-6)
+
+
+def make_jax_host_training(problem, agent, raw_obs_shape, raw_obs_dtype):
+    """PPO with make_jax_learner's learner over envs stepped on the host (the jax-host path): the
+    host path's algorithm and constants (NUM_ENVS, NUM_STEPS, UPDATE_EPOCHS, NUM_MINIBATCHES), the
+    learning in JAX. Returns a namespace:
+      state                      the initial training state (weights, optimiser, statistics, bookkeeping)
+      policy_step(params, obs_rms, raw_obs, noise) -> (N, 2W+1) float32 [action | env action | logp]
+                                 (W = 1 for Discrete, the action size for Box): one call per env step
+      env_actions(packed)        the env's actions from policy_step's output, as numpy
+      draw_noise(rng)            a rollout's uniform(0, 1) action noise, (T, N, act_dim) float32
+      learn(state, raw_obs, actions, logp, reward, terminated, truncated, lr, ent) -> (state, metrics):
+                                 one rollout's arrays (raw_obs (T+1, N, ...); the others (T, N[, W]))
+                                 as the vector env returned them: bookkeeping, statistics, GAE, epochs
+      outputs, act, to_torch     as make_jax_training's
+      width, first_learn_seconds W, and a conservative estimate of the first `learn` (learn_flops at 1 GFLOP/s)
+    Raises Untranslatable, before anything is compiled, for an Agent it cannot compute exactly."""
+    import jax
+    import jax.numpy as jnp
+
+    from envs_fast.vector import derive_keys
+
+    p = problem
+    N, T, E = NUM_ENVS, NUM_STEPS, UPDATE_EPOCHS
+    learner = make_jax_learner(p, agent, N, T, E, NUM_MINIBATCHES)
+    width = 1 if p.discrete else p.act_dim
+    # the envs were reset on the host: no env is due for a reset at the first step
+    bookkeeping = {"needs_reset": np.zeros(N, bool), "episode_return": np.zeros(N, np.float32),
+                   "discounted_return": np.zeros(N, np.float32)}
+    state = {"params": learner.params, "opt": learner.opt, "key": np.array([0, SEED], np.uint32),
+             "bookkeeping": bookkeeping, "obs_rms": learner.rms_init((p.obs_dim,)), "ret_rms": learner.rms_init(()),
+             "check_obs": learner.check_obs_init(raw_obs_shape, raw_obs_dtype)}
+
+    def policy_step(params, obs_rms, raw_obs, noise):
+        action, logp = learner.sample(params, learner.features(raw_obs, obs_rms), noise)
+        # one output array: each one the host reads back costs a transfer
+        return jnp.concatenate([action.reshape(N, width).astype(jnp.float32),
+                                learner.to_env(action).reshape(N, width).astype(jnp.float32), logp.reshape(N, 1)], -1)
+
+    if p.discrete:
+        env_actions = lambda packed: packed[:, 1].astype(np.int64)
+    else:
+        env_actions = lambda packed: packed[:, width:2 * width].reshape((N,) + p.act_space.shape)
+
+    def draw_noise(rng):
+        """23 random bits + 1/2 over 2^23: exact in float32, never 0 or 1 (as the jax-e2e path draws)."""
+        return ((rng.integers(0, 2**23, (T, N, p.act_dim)) + 0.5) / 2.0**23).astype(np.float32)
+
+    def learn(s, raw_obs, actions, logp, reward, terminated, truncated, lr, ent_coef):
+        key, next_key = derive_keys(s["key"], 2)
+        orders = learner.orders(learner.random_bits(key, E * T * N))
+
+        def record(e, step):
+            logp, reward, terminated, truncated = step
+            return learner.record_step(e, logp, reward, terminated, terminated | truncated)
+
+        bookkeeping, scalars = jax.lax.scan(record, s["bookkeeping"], (logp, reward, terminated, truncated))
+        learned, metrics = learner.learn(s, raw_obs[0], raw_obs[1:], actions, scalars, orders, lr, ent_coef)
+        return {**learned, "key": next_key, "bookkeeping": bookkeeping}, metrics
+
+    return SimpleNamespace(state=state, policy_step=policy_step, env_actions=env_actions, draw_noise=draw_noise,
+                           learn=learn, outputs=learner.outputs, act=learner.act, to_torch=learner.to_torch,
+                           num_envs=N, num_steps=T, width=width,
+                           first_learn_seconds=learn_flops(learner, N, T, E) / 1e9)
 
 
 def check_agent_glue(agent, problem):
@@ -955,6 +1112,116 @@ def train_jax(spec, problem, agent):
     }
 
 
+def host_rollout(training, envs, state, raw_obs, noise, buffers, give_up=lambda t: False):
+    """One rollout of the jax-host path: per step, one call of the compiled policy and one step of the
+    vector env, into `buffers` (raw_obs (T+1, N, ...), actions, logp, reward, terminated, truncated).
+    The weights and statistics are fixed during a rollout. Returns the last raw observations, or None
+    when give_up(t) says so before step t."""
+    obs_buf, act_buf, logp_buf, rew_buf, term_buf, trunc_buf = buffers
+    obs_buf[0] = raw_obs
+    params, obs_rms = state["params"], state["obs_rms"]
+    for t in range(training.num_steps):
+        if give_up(t):
+            return None
+        packed = np.asarray(training.policy_step(params, obs_rms, obs_buf[t], noise[t]))
+        obs_buf[t + 1], rew_buf[t], term_buf[t], trunc_buf[t], _ = envs.step(training.env_actions(packed))
+        act_buf[t], logp_buf[t] = packed[:, :training.width], packed[:, -1]
+    return obs_buf[-1].copy()
+
+
+def train_jax_host(spec, problem, agent):
+    """The jax-host path: the JAX learner (make_jax_host_training) over a vector env stepped from
+    this Python loop. Stepping from the host was measured against jax's io_callback inside a
+    lax.scan (BipedalWalker-v3, 32 envs, the policy MLP, 2 busy cores): the host loop 9.3k/9.7k
+    steps/s on the Rust port/envpool, io_callback 6.3k/8.6k; the host loop also lets the first
+    rollout be abandoned midway when it would overrun the budget. Compiling counts in the budget, and
+    no iteration (rollout + learn) starts that would end past it."""
+    import jax
+
+    configure_compilation_cache(jax)
+    device = jax.devices()[0]
+    print(f"jax-host path: jax on {device.platform} ({device}), the envs stepped from the host", flush=True)
+    deadline = START + TIME_BUDGET
+    compile_start = time.time()
+    obs_space = problem.obs_space  # the buffers take its dtype (the export check feeds these observations)
+    training = make_jax_host_training(problem, agent, obs_space.shape, obs_space.dtype)  # may refuse the Agent
+    state = training.state
+    T, N, W = training.num_steps, training.num_envs, training.width
+    envs = evaluate.make_vec_env(ENV_ID, NUM_ENVS, SEED, backend=spec)
+    raw_obs, _ = envs.reset(seed=SEED)
+    rng = np.random.default_rng(SEED)
+    lr_at = lambda progress: np.float32(LEARNING_RATE * (max(1.0 - progress, 0.02) if ANNEAL_LR else 1.0))
+    ent_at = lambda progress: np.float32(ENT_COEF * (1.0 - progress))
+    buffers = (np.zeros((T + 1, N) + obs_space.shape, obs_space.dtype), np.zeros((T, N, W), np.float32),
+               np.zeros((T, N), np.float32), np.zeros((T, N), np.float32), np.zeros((T, N), bool),
+               np.zeros((T, N), bool))
+    options = {"xla_backend_optimization_level": 1}  # as train_jax: less compiling, kernels as fast
+    noise = training.draw_noise(rng)
+    policy_step = jax.jit(training.policy_step).lower(
+        state["params"], state["obs_rms"], buffers[0][0], noise[0]).compile(options)
+    learn = jax.jit(training.learn, donate_argnums=0).lower(state, *buffers, lr_at(0.0), ent_at(0.0)).compile(options)
+    training.policy_step = policy_step  # host_rollout calls the compiled one from here on
+    start = time.time()
+    compile_seconds = start - compile_start
+    print(f"compiled the policy step and the learning in {compile_seconds:.1f}s "
+          f"({time.time() - START:.1f}s since the process started)", flush=True)
+
+    env_steps, updates, iteration_seconds, last_print = 0, 0, None, 0.0
+    probe_steps = min(T, 9)
+    episode_log = []  # (sum of returns, episodes) per update
+    while True:
+        iteration_start = time.time()
+        if iteration_start + (iteration_seconds or 0.0) > deadline:
+            break
+        progress = min(1.0, (iteration_start - start) / max(deadline - start, 1e-9))
+        timing = {}
+
+        def give_up(t):
+            """The first rollout, before anything was timed: can it and its learning finish in time?
+            Its first step may pay one-time costs, so the rate is taken from the steps after it."""
+            if iteration_seconds is not None or t not in (1, probe_steps):
+                return False
+            if t == 1:
+                timing["second_step"] = time.time()
+                return False
+            now = time.time()
+            timing["estimate"] = (timing["second_step"] - iteration_start
+                                  + (now - timing["second_step"]) * (T - 1) / (t - 1) + training.first_learn_seconds)
+            return iteration_start + timing["estimate"] > deadline
+
+        last_obs = host_rollout(training, envs, state, raw_obs, noise, buffers, give_up)
+        if last_obs is None:  # its steps are not counted: nothing was trained on them
+            print(f"stopping: the first rollout and update need ~{timing['estimate']:.1f}s, "
+                  f"{deadline - iteration_start:.1f}s were left", flush=True)
+            break
+        raw_obs = last_obs
+        state, metrics = learn(state, *buffers, lr_at(progress), ent_at(progress))
+        metrics = jax.device_get(metrics)  # waits for the learning: the timing is real
+        noise = training.draw_noise(rng)
+        # a slow iteration raises the estimate at once, a fast one lowers it slowly
+        iteration_seconds = max(time.time() - iteration_start, 0.9 * (iteration_seconds or 0.0))
+        env_steps += int(metrics["env_steps"])
+        updates += 1
+        episode_log.append((float(metrics["return_sum"]), int(metrics["episodes"])))
+        if time.time() - last_print >= 1.0:
+            last_print = time.time()
+            print(f"update {updates} steps {env_steps} sps {env_steps / (last_print - start):.0f} "
+                  f"return(last 20 episodes) {recent_mean(episode_log):.2f} kl {float(metrics['kl']):.4f} "
+                  f"time {last_print - START:.1f}s", flush=True)
+    end = time.time()
+    envs.close()
+
+    obs_normalisation = training.to_torch(state, agent)  # the export is the host path's
+    outputs = jax.jit(training.outputs)
+    return {
+        "figures": {"device": device.platform, "env_steps": env_steps, "training_seconds": end - start,
+                    "wall_seconds": end - START, "compile_seconds": compile_seconds, "updates": updates,
+                    "episode_return": recent_mean(episode_log), "episodes": sum(n for _, n in episode_log)},
+        "obs_normalisation": obs_normalisation, "check_observations": np.asarray(state["check_obs"]),
+        "policy_outputs": lambda raw: np.asarray(outputs(state, raw)), "state": state, "training": training,
+    }
+
+
 def recent_mean(episode_log, episodes=20):
     """Mean return of (about) the last `episodes` episodes from per-update (sum, count) pairs."""
     total, count = 0.0, 0
@@ -1019,14 +1286,20 @@ def main():
     np.random.seed(SEED)
     problem = Problem(ENV_ID)
     spec, why = choose_backend()
-    path = "jax-e2e" if is_jax_functional(spec) else "host"
-    print(f"backend {spec} ({why}) -> path {path}", flush=True)
+    path, path_why = choose_path(spec)
+    print(f"backend {spec} ({why}) -> path {path} ({path_why})", flush=True)
     agent = Agent(problem.obs_dim, problem.act_dim, problem.discrete)
+    trainers = {"jax-e2e": train_jax, "jax-host": train_jax_host, "host": train_host}
     try:
-        trained = (train_jax if path == "jax-e2e" else train_host)(spec, problem, agent)
+        trained = trainers[path](spec, problem, agent)
     except Untranslatable as exc:
-        print(f"refused: {exc}", flush=True)
-        return 1
+        if path == "jax-host" and LEARNER == "auto":  # chosen for speed only: the torch learner trains any Agent
+            print(f"jax-host path refused ({exc}): the host path trains instead", flush=True)
+            path, trained = "host", train_host(spec, problem, agent)
+        else:
+            hint = " (LEARNER = \"torch\" trains any Agent)" if path == "jax-host" else ""
+            print(f"refused: {exc}{hint}", flush=True)
+            return 1
     policy_path = OUTPUT_DIR / "policy.pt"
     export(problem, agent, trained["obs_normalisation"], policy_path)
     ok, check_line = check_export(policy_path, problem, trained["check_observations"], trained["policy_outputs"])
@@ -1044,7 +1317,7 @@ def main():
     print(f"wall_seconds: {figures['wall_seconds']:.1f}")
     if "compile_seconds" in figures:
         print(f"compile_seconds: {figures['compile_seconds']:.2f}")
-    if JAX_CACHE_DIR and path == "jax-e2e":
+    if JAX_CACHE_DIR and path != "host":
         print(f"compile_cache: {COMPILE_CACHE['hits']} read, {COMPILE_CACHE['misses']} compiled")
     print(f"updates: {figures['updates']}")
     print(f"episode_return: {figures['episode_return']:.2f}")

@@ -1,0 +1,173 @@
+"""candidate/train.py's jax-host path: a vector env that is not JAX (a verified Rust translation,
+envpool) stepped from a Python loop, the rollout learnt from by the JAX learner the jax-e2e path uses,
+and exported as the same TorchScript artifact.
+
+"Verified" means a cached passing verdict for the shipped translation in a verdict cache private to
+each test, which is what `envs_fast.choose_backend` reads (verification itself is tested in
+test_envs_fast_verify.py and test_envs_fast_rust.py)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import evaluate
+from envs_fast import cache
+from envs_fast.rust_build import rustc_available
+from tests.train_helpers import REPO, TRANSLATIONS, edited_copy, load_train, run_train, summary
+
+CARTPOLE_RS = REPO / "envs_fast" / "cartpole_v1.rs"
+needs_rustc = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
+
+
+@pytest.fixture
+def rust_verified(tmp_path, monkeypatch):
+    """A private verdict cache in which the shipped CartPole Rust translation passes, its library built
+    there beforehand (as run setup leaves it: no training run compiles Rust in its budget)."""
+    from envs_fast.rust_backend import load_rust
+
+    cache_dir = tmp_path / "cache"
+    monkeypatch.setenv(cache.CACHE_ENV_VAR, str(cache_dir))
+    cache.store_verdict(str(CARTPOLE_RS), "CartPole-v1", [1, 2, 3], True, "test verdict")
+    load_rust(CARTPOLE_RS, "CartPole-v1")
+    return cache_dir
+
+
+def train_process(budget, out_dir, cache_dir, root=REPO):
+    proc, wall_seconds = run_train("CartPole-v1", budget, out_dir, cache_dir, root=root)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return summary(proc.stdout), wall_seconds, proc.stdout
+
+
+@needs_rustc
+def test_jax_host_learns_cartpole_on_its_rust_translation_within_its_budget(tmp_path, rust_verified):
+    """LEARNER = "auto" at a budget of JAX_HOST_MIN_BUDGET: the verified Rust translation is trained by the
+    JAX learner. The clock counts imports and the compile (6-10 s on 2 busy cores; 30 s reached 500 on
+    envpool there); the artifact balances the pole; the process ends soon after the budget."""
+    budget = load_train("CartPole-v1", 1, tmp_path).JAX_HOST_MIN_BUDGET
+    stats, wall_seconds, _ = train_process(budget, tmp_path / "out", rust_verified)
+    assert stats["path"] == "jax-host" and stats["backend"] == str(CARTPOLE_RS)
+    assert int(stats["updates"]) > 0 and stats["export_check"].startswith("ok")
+    assert 0 < float(stats["compile_seconds"]) < float(stats["wall_seconds"])
+    # no iteration was launched that would overrun; then the export, its check and the exit
+    assert float(stats["wall_seconds"]) <= budget + 0.2
+    assert wall_seconds <= budget + 5
+    assert float(stats["sps"]) == pytest.approx(int(stats["env_steps"]) / float(stats["training_seconds"]), rel=0.05)
+    result = evaluate.evaluate_policy(tmp_path / "out" / "policy.pt", "CartPole-v1", episodes=10, seeds=100, workers=1)
+    assert result["mean"] >= 400, result["returns"]
+
+
+def test_the_path_follows_the_backend_the_learner_and_the_budget(tmp_path):
+    """jax-e2e for a functional JAX backend, jax-host for Rust and envpool from JAX_HOST_MIN_BUDGET on, the
+    host path below it and for gymnasium's own vector env; LEARNER forces either learner."""
+    train = load_train("CartPole-v1", 60, tmp_path)
+    rust, jax_file = str(CARTPOLE_RS), str(TRANSLATIONS["CartPole-v1"])
+
+    def path(spec, budget, learner="auto"):
+        train.TIME_BUDGET, train.LEARNER = budget, learner
+        return train.choose_path(spec)[0]
+
+    long, short = train.JAX_HOST_MIN_BUDGET, train.JAX_HOST_MIN_BUDGET - 1
+    assert [path(spec, long) for spec in (jax_file, "gymnax", rust, "envpool", "reference")] == [
+        "jax-e2e", "jax-e2e", "jax-host", "jax-host", "host"]
+    assert [path(spec, short) for spec in (jax_file, rust, "envpool", "reference")] == [
+        "jax-e2e", "host", "host", "host"]
+    assert [path(spec, short, "jax") for spec in (jax_file, rust, "envpool", "reference")] == [
+        "jax-e2e", "jax-host", "jax-host", "jax-host"]
+    assert [path(spec, long, "torch") for spec in (jax_file, rust, "envpool", "reference")] == ["host"] * 4
+    with pytest.raises(SystemExit, match="LEARNER must be"):
+        path(rust, long, "numpy")
+
+
+def replayed(spec, env_id, num_envs, seed, env_actions):
+    """What a fresh vector env of `spec` returns, step after step, for the given actions."""
+    envs = evaluate.make_vec_env(env_id, num_envs, seed, backend=spec)
+    first, _ = envs.reset(seed=seed)
+    steps = [envs.step(actions)[:4] for actions in env_actions]
+    envs.close()
+    return first, steps
+
+
+@pytest.mark.parametrize("env_id, spec", [
+    pytest.param("CartPole-v1", str(CARTPOLE_RS), marks=needs_rustc),  # Discrete actions, terminations
+    ("Pendulum-v1", "envpool"),  # Box actions (clipped for the env), time-limit truncations
+])
+def test_the_rollout_sees_the_vector_envs_transitions_and_the_learner_counts_them(tmp_path, monkeypatch, env_id, spec):
+    """host_rollout against a fresh vector env of the same backend and seed replayed with the env actions
+    it sent: the same observations, rewards and flags, step for step. Its log-probabilities are the torch
+    Agent's; and `learn` counts the rollout as the vector env's flags say (the NEXT_STEP reset steps left
+    out, finished episodes and their returns)."""
+    import jax
+
+    monkeypatch.setenv(cache.CACHE_ENV_VAR, str(tmp_path / "cache"))
+    train = load_train(env_id, 60, tmp_path)
+    train.NUM_ENVS, train.NUM_STEPS = 4, 256  # CartPole ends episodes, Pendulum truncates at 200 steps
+    problem = train.Problem(env_id)
+    agent = train.Agent(problem.obs_dim, problem.act_dim, problem.discrete)
+    training = train.make_jax_host_training(problem, agent, problem.obs_space.shape, problem.obs_space.dtype)
+    training.policy_step = jax.jit(training.policy_step)
+    T, N, W = training.num_steps, training.num_envs, training.width
+    buffers = (np.zeros((T + 1, N) + problem.obs_space.shape, problem.obs_space.dtype), np.zeros((T, N, W), np.float32),
+               np.zeros((T, N), np.float32), np.zeros((T, N), np.float32), np.zeros((T, N), bool), np.zeros((T, N), bool))
+    envs = evaluate.make_vec_env(env_id, N, train.SEED, backend=spec)
+    raw_obs, _ = envs.reset(seed=train.SEED)
+    noise = training.draw_noise(np.random.default_rng(0))
+    last = train.host_rollout(training, envs, training.state, raw_obs, noise, buffers)
+    envs.close()
+    obs, actions, logp, reward, terminated, truncated = buffers
+    np.testing.assert_array_equal(last, obs[-1])
+
+    if problem.discrete:
+        env_actions = actions[..., 0].astype(np.int64)
+    else:
+        env_actions = np.clip(actions, problem.act_space.low, problem.act_space.high)
+        assert (env_actions != actions).any()  # some actions were clipped for the env, the raw ones learnt from
+    first, steps = replayed(spec, env_id, N, train.SEED, env_actions)
+    np.testing.assert_array_equal(obs[0], first)
+    for t, (next_obs, step_reward, step_terminated, step_truncated) in enumerate(steps):
+        np.testing.assert_array_equal(obs[t + 1], next_obs, err_msg=f"step {t}")
+        np.testing.assert_array_equal(reward[t], step_reward.astype(np.float32), err_msg=f"step {t}")
+        np.testing.assert_array_equal(terminated[t], step_terminated, err_msg=f"step {t}")
+        np.testing.assert_array_equal(truncated[t], step_truncated, err_msg=f"step {t}")
+    done = terminated | truncated
+    assert done.sum() >= N and (truncated if spec == "envpool" else terminated).any()
+
+    with torch.no_grad():  # the policy that acted is the torch Agent's (unnormalised: fresh statistics)
+        dist = agent.distribution(torch.from_numpy(obs[:-1].reshape(T * N, -1).astype(np.float32)))
+        taken = torch.from_numpy(actions.reshape(T * N, W))
+        expected = dist.log_prob(taken[:, 0].long()) if problem.discrete else dist.log_prob(taken).sum(-1)
+    np.testing.assert_allclose(logp.reshape(-1), expected.numpy(), rtol=1e-4, atol=1e-4)
+
+    _, metrics = jax.jit(training.learn)(training.state, *buffers, np.float32(0.0), np.float32(0.0))
+    valid = ~np.concatenate([np.zeros((1, N), bool), done[:-1]])  # a step after an episode's end is a reset
+    returns, finished, episode_return = [], 0, np.zeros(N)
+    for t in range(T):
+        episode_return += reward[t]
+        returns += list(episode_return[done[t]])
+        episode_return[done[t]] = 0.0
+    assert int(metrics["env_steps"]) == valid.sum() < T * N
+    assert int(metrics["episodes"]) == done.sum() == len(returns)
+    assert float(metrics["return_sum"]) == pytest.approx(sum(returns), rel=1e-5)
+
+
+@needs_rustc
+def test_an_agent_the_jax_learner_cannot_compute_trains_on_the_torch_learner_unless_jax_is_forced(tmp_path,
+                                                                                                 rust_verified):
+    """LEARNER = "auto" chose jax-host for speed only: an Agent it cannot translate (a PReLU) trains on the
+    host path instead, saying so. LEARNER = "jax" refuses it in one line, before anything is compiled."""
+    prelu = {"layer_init(nn.Linear(HIDDEN_SIZE, act_dim), std=0.01),":
+             "layer_init(nn.Linear(HIDDEN_SIZE, act_dim), std=0.01), nn.PReLU(),",
+             "JAX_HOST_MIN_BUDGET = 30.0": "JAX_HOST_MIN_BUDGET = 5.0"}  # a short run still chooses jax-host
+    auto = edited_copy(tmp_path / "auto", prelu)
+    stats, _, stdout = train_process(8, tmp_path / "auto-out", rust_verified, root=auto)
+    assert "jax-host path refused (the jax-e2e path cannot translate agent.actor[5] (PReLU" in stdout
+    assert stats["path"] == "host" and stats["backend"] == str(auto / "envs_fast" / "cartpole_v1.rs")
+    assert stats["export_check"].startswith("ok")
+
+    forced = edited_copy(tmp_path / "forced", prelu | {'LEARNER = "auto"': 'LEARNER = "jax"'})
+    proc, _ = run_train("CartPole-v1", 8, tmp_path / "forced-out", rust_verified, root=forced)
+    assert proc.returncode != 0
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("refused: the jax-e2e path cannot translate agent.actor[5] (PReLU"), last
+    assert last.endswith('(LEARNER = "torch" trains any Agent)'), last
+    assert "compiled" not in proc.stdout and not (tmp_path / "forced-out" / "policy.pt").exists()
