@@ -64,7 +64,9 @@ _CONTACT_FIELDS = ("edge", "body", "touching", "enabled", "points", "type", "nx"
 # after a step; writing a state resets the reference's timers to 0, so steps start alike.
 UNREADABLE_FIELDS = tuple(f"{b}_sleep_time" for b in _BODIES)
 READ_ONLY_FIELDS = (
-    ("contact_count",)
+    # the listener's flags: a write replays the contact events of the next step's collision (see
+    # _replay_contact_events), so they read back as the next step starts from them
+    ("game_over", "ground_contact1", "ground_contact3", "contact_count",)
     + tuple(f"{b}_{f}" for b in _BODIES for f in ("sleep_time", "fat_lx", "fat_ly", "fat_ux", "fat_uy", "proxy"))
     + tuple(f"joint{j}_{f}" for j in range(4) for f in ("impulse_x", "impulse_y", "impulse_z", "motor_impulse"))
     + tuple(f"edge_proxy{i}" for i in range(TERRAIN_LENGTH - 1))
@@ -325,3 +327,132 @@ def state_to_reference(state, env) -> None:
     u.legs[1].ground_contact = bool(s[1])
     u.legs[3].ground_contact = bool(s[2])
     u.prev_shaping = None if math.isnan(s[3]) else s[3]
+    _replay_contact_events(u, s)
+
+
+def _replay_contact_events(u, s) -> None:
+    """The begin/end contact events the written world's Collide pass swallowed. A state read after a
+    step holds the manifolds of that step's start (b2World::Step collides before it solves); the real
+    world re-collides at the start of its next step and gymnasium's listener then sets game_over and
+    the legs' ground_contact. The write's Collide pass did that collision already, with no listener:
+    so here the listener gets what b2ContactManager::Collide would have given it, walking the state's
+    contacts in b2World's list order: EndContact for a touching contact that no longer touches or no
+    longer exists (Destroy), BeginContact for one that starts touching."""
+    listener = u.world.contactListener_bug_workaround
+    walker_bodies = _bodies(u)
+    now = {}
+    for contact in _contact_list(u):
+        b = next(i for i, w in enumerate(walker_bodies) if w == contact.fixtureB.body)
+        now[(_segment(contact.fixtureA.body), b)] = contact
+    edge_of = {EDGES - 1 - k: body for k, body in enumerate(u.terrain)}
+    for k in range(min(int(s[4]), MAX_CONTACTS)):
+        o = O_CONTACT + k * CONTACT_FIELDS
+        key = (int(s[o]), int(s[o + 1]))
+        was_touching = s[o + 2] != 0
+        contact = now.pop(key, None)
+        touching = bool(contact and contact.touching)
+        if was_touching and not touching:
+            listener.EndContact(contact or _Pair(edge_of[key[0]], walker_bodies[key[1]]))
+        elif touching and not was_touching:
+            listener.BeginContact(contact)
+    for contact in now.values():  # pairs the state did not hold: new, so not touching before
+        if contact.touching:
+            listener.BeginContact(contact)
+
+
+class _Pair:
+    """A destroyed contact as the listener sees it: its two fixtures' bodies."""
+
+    class _Fixture:
+        def __init__(self, body):
+            self.body = body
+
+    def __init__(self, edge_body, walker_body):
+        self.fixtureA, self.fixtureB = self._Fixture(edge_body), self._Fixture(walker_body)
+
+
+# ---------------------------------------------------------------- what verification looks at
+# (envs_fast/verify reads these declarations; each is optional for a sync companion)
+
+def heuristic_walker(seed: int):
+    """gymnasium's own heuristic walker (bipedal_walker.BipedalWalkerHeuristics), one per episode:
+    it walks, strikes its feet down in turn and drives the joints to their limits."""
+    from gymnasium.envs.box2d.bipedal_walker import BipedalWalkerHeuristics
+
+    walker = BipedalWalkerHeuristics()
+    return lambda obs: np.asarray(walker.step_heuristic(np.asarray(obs, np.float64)), np.float32)
+
+
+def standing_still(seed: int):
+    """Hips pushed to their limits, knees free: the walker sinks to the ground and, stepped on past
+    the end of its episode, lies still until Box2D puts its bodies to sleep (0.5 s below the sleep
+    tolerances)."""
+    action = np.array([1.0, 0.0, 1.0, 0.0], np.float32)
+    return lambda obs: action
+
+
+# Policies (seed -> act(observation) -> action, one per episode) under which L2 gathers states (besides
+# random and scripted actions) and L3 rolls out: `l2_episodes` reference episodes of at most `l2_steps`
+# steps each; `past_termination`: keep stepping after the episode ended; `statistics`: compare episode
+# statistics of the port and the reference under it in L3.
+VERIFY_POLICIES = {
+    "heuristic walker": {"make": heuristic_walker, "l2_episodes": 2, "l2_steps": 300, "statistics": True},
+    # it falls at about step 60 and sleeps at about 110 (some starts rock on: two episodes)
+    "standing still until asleep": {"make": standing_still, "l2_episodes": 2, "l2_steps": 160,
+                                    "past_termination": True, "statistics": False},
+}
+
+
+# gymnasium's joints: the hips' reference angle is the legs' starting tilt (-0.05, +0.05), the knees' 0;
+# limits are its lowerAngle/upperAngle
+JOINT_REFERENCE_ANGLES = (-0.05, 0.0, 0.05, 0.0)
+JOINT_LIMITS = ((-0.8, 1.1), (-1.6, -0.1), (-0.8, 1.1), (-1.6, -0.1))
+
+
+def _joint_angles(state) -> list:
+    """Each joint's angle in the state, as b2RevoluteJoint::GetJointAngle: bodyB - bodyA - reference."""
+    angle = lambda b: state[O_BODY + b * BODY_FIELDS + 2]  # noqa: E731
+    pairs = ((0, 1), (1, 2), (0, 3), (3, 4))
+    return [angle(b) - angle(a) - ref for (a, b), ref in zip(pairs, JOINT_REFERENCE_ANGLES)]
+
+
+def foot_strike(state, next_state) -> bool:
+    """A lower leg strikes the ground in this step: one of its contacts touches with no warm-start
+    impulse yet (it began touching at this step's collision, which a written state has had already)."""
+    for k in range(min(int(state[4]), MAX_CONTACTS)):
+        o = O_CONTACT + k * CONTACT_FIELDS
+        points = int(state[o + 4])
+        if state[o + 1] in (2, 4) and state[o + 2] and points and all(state[o + 12 + 5 * p] == 0 for p in range(points)):
+            return True
+    return False
+
+
+def joint_at_limit(state, next_state) -> bool:
+    """A joint is at or beyond a limit (Box2D's limit state is then active in the step)."""
+    return any(not low < angle < high for angle, (low, high) in zip(_joint_angles(state), JOINT_LIMITS))
+
+
+def asleep(state, next_state) -> bool:
+    """The bodies sleep (Box2D's island sleep): the step starts from rest and wakes them."""
+    return state[O_BODY + 6] == 0
+
+
+# Kinds of state L2 must have covered, each a predicate of (state, next state) as sequences of numbers
+# in autorl_state_fields order; the report counts each and fails if one has none.
+STATE_CATEGORIES = {"foot strike": foot_strike, "joint at its limit": joint_at_limit, "bodies asleep": asleep}
+
+
+def fell(reward: float, terminated: bool) -> bool:
+    """The episode ended in a fall: gymnasium's game over (the hull touched the ground), or the walker
+    left the terrain backwards; both end on reward -100 exactly."""
+    return bool(terminated and reward == -100)
+
+
+# L3: rates compared past the predictable horizon, from each episode's final reward and termination
+EPISODE_OUTCOMES = {"fall": fell}
+
+# L3: chaotic. A 1-ulp nudge of the hull grows past L3's tolerance (1e-5 + 1e-4 |reference|) within
+# a few dozen steps (bench/bipedalwalker_horizon.py, 40 starts each: random actions min 1, median 39
+# steps; heuristic walker min 33, median 52; standing still min 43, most never), so each synced
+# trajectory is compared up to its own measured horizon, and past it episode statistics by TOST.
+CHAOTIC = True

@@ -12,6 +12,7 @@ import numpy as np
 from envs_fast import backend as backends
 from envs_fast.probes import ReferenceStepper, Sample, collect_rollout_samples, field_names, flat_values
 from envs_fast.protocol import BatchedBackend, check_env_id, resolve_spec
+from envs_fast.verify.declarations import Declarations, declarations_of
 from envs_fast.verify.formatting import format_state
 
 
@@ -23,7 +24,9 @@ class Settings:
     atol: float = 1e-5
     reset_samples: int = 1000  # L1 resets per side (vector backends: min(this, vector_reset_samples))
     vector_reset_samples: int = 300
+    state_reset_samples: int = 300  # L1 reset states per side (backends with state sync)
     l2_target: int = 3000  # L2 states from rollouts (boundary probes come on top)
+    l2_policy_steps: int | None = None  # at most this many steps per episode of a declared policy (tests shrink it)
     rollout_steps: int = 300  # longest L2 episode / L3 trajectory
     l3_trajectories: int = 24
     sensitivity_factor: float = 125.0  # L2: allowance per unit of the reference's float32-rounding sensitivity
@@ -31,6 +34,9 @@ class Settings:
     episodes: int = 200  # statistical L3/L4 episodes per side
     horizon: int = 200  # statistical L3 return over at most this many steps
     margin_sd: float = 0.5  # TOST margin in pooled standard deviations
+    # L3 of a chaotic scene, past the predictable horizon: episodes per side and policy (200: TOST at
+    # margin_sd passes a correct port with probability 0.999 per statistic)
+    statistics_episodes: int = 200
     l4_iterations: int = 8
     extra: dict = field(default_factory=dict)
 
@@ -120,6 +126,7 @@ class Context:
     reference: gym.Env
     backend: BatchedBackend | None  # None for the vector-only specs (envpool, reference)
     max_episode_steps: int | None
+    declarations: Declarations = field(default_factory=Declarations)  # what the translation declares for its verification
     _sync: Any = field(default=None, repr=False)
 
     @classmethod
@@ -128,7 +135,8 @@ class Context:
         registered = check_env_id(env_id)
         spec = resolve_spec(spec, env_id, root)
         backend = backends.load_batched(spec, env_id, root)
-        return cls(env_id, spec, settings, root, gym.make(env_id), backend, registered.max_episode_steps)
+        return cls(env_id, spec, settings, root, gym.make(env_id), backend, registered.max_episode_steps,
+                   declarations_of(spec) if backend else Declarations())
 
     @property
     def obs_space(self) -> gym.Space:

@@ -5,11 +5,14 @@ next-step distributions from the same states. Not applicable without state sync 
 backends only: see context.STATISTICAL_ONLY)."""
 from __future__ import annotations
 
+import warnings
+
+import gymnasium as gym
 import jax
 import numpy as np
 
 from envs_fast.probes import (ReferenceStepper, Sample, collect_boundary_samples, collect_rollout_samples,
-                              field_names, flat_values, probe_actions)
+                              field_names, flat_values, numpy_tree, probe_actions)
 from envs_fast.protocol import dtype_kind, space_leaves
 from envs_fast.report import LevelReport
 from envs_fast.stats import same_distribution_p
@@ -51,11 +54,16 @@ def _check(ctx: Context, report: LevelReport):
     rng = np.random.default_rng(s.seed)
     try:
         horizon = min(ctx.max_episode_steps or s.rollout_steps, s.rollout_steps)
-        rollout = collect_rollout_samples(stepper, ctx.action_space, horizon, s.l2_target, s.seed)
+        policies = [p for p in ctx.declarations.policies if p.l2_episodes > 0]
+        # the declared policies' states come out of the same budget, so L2 takes as long with them
+        planned = sum(p.l2_episodes * _policy_steps(s, p, horizon) for p in policies)
+        rollout = collect_rollout_samples(stepper, ctx.action_space, horizon, max(s.l2_target - planned, 0), s.seed)
         if not rollout:
             report.add("reference rollouts", False, "no state could be synced: state_to_reference/"
                        f"state_from_reference or the reference step failed: {stepper.last_error}")
             return
+        under_policies = {p.name: _policy_samples(stepper, p, _policy_steps(s, p, horizon), s.seed + 500 + 10 * k)
+                          for k, p in enumerate(policies)}
         if sync.stochastic:
             report.note = "the reference's transitions are stochastic: next-step distributions are compared"
             report.tolerances = {"next-step distribution": "per observation component, reward and terminated: "
@@ -70,8 +78,60 @@ def _check(ctx: Context, report: LevelReport):
                                             probe_actions(ctx.action_space, rng))
     finally:
         stepper.close()
+    _coverage(ctx, report, rollout, under_policies, boundary)
     _compare_samples(ctx, report, "step from rollout states", rollout)
+    for name, samples in under_policies.items():
+        _compare_samples(ctx, report, f"step from states under the {name}", samples)
     _compare_samples(ctx, report, "step from boundary states", boundary)
+
+
+def _policy_steps(s, policy, horizon: int) -> int:
+    return min(policy.l2_steps or horizon, s.l2_policy_steps or horizon)
+
+
+def _policy_samples(stepper: ReferenceStepper, policy, steps: int, seed: int) -> list[Sample]:
+    """Samples from the states of reference episodes of at most `steps` steps under a declared policy
+    (closed loop), past the episode's end if the policy says so. The episode runs on its own, unwritten,
+    so its states are those the env really visits (a physics engine's sleep timers, solver warm starts
+    and contact events included, which a write resets); each is then synced and stepped as usual."""
+    samples = []
+    free = gym.make(stepper.env.spec.id)
+    try:
+        for episode in range(policy.l2_episodes):
+            obs, _ = free.reset(seed=seed + episode)
+            act = policy.make(seed + episode)
+            for t in range(steps):
+                action = act(obs)
+                state = numpy_tree(stepper.backend.state_from_reference(free))
+                sample = stepper.sample(state, action, f"{policy.name}, episode seed {seed + episode}, step {t}")
+                if sample is not None:
+                    samples.append(sample)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    obs, _reward, terminated, _truncated, _info = free.unwrapped.step(action)
+                if sample is None or (terminated and not policy.past_termination):
+                    break
+    finally:
+        free.close()
+    return samples
+
+
+def _coverage(ctx: Context, report: LevelReport, rollout: list[Sample], under_policies: dict, boundary: list[Sample]):
+    """How many states of each source and of each declared kind L2 steps from; a declared kind (or
+    policy) that yielded none fails: the level would otherwise pass without having looked there."""
+    if not (ctx.declarations.state_categories or under_policies):
+        return
+    real = rollout + [smp for samples in under_policies.values() for smp in samples]
+    counts = {name: sum(bool(kind(flat_values(smp.state), flat_values(smp.next_state))) for smp in real)
+              for name, kind in ctx.declarations.state_categories.items()}
+    random = sum(smp.origin.startswith("random actions") for smp in rollout)
+    sources = {"random actions": random, "scripted actions": len(rollout) - random, **{f"the {name}": len(samples)
+               for name, samples in under_policies.items()}, "boundary search": len(boundary)}
+    missing = [name for name, count in {**counts, **sources}.items() if count == 0 and name != "boundary search"]
+    report.add("state coverage", not missing,
+               "states from " + ", ".join(f"{name}: {count}" for name, count in sources.items())
+               + "; of which (rollouts and policies) " + ", ".join(f"{name}: {count}" for name, count in counts.items())
+               + (f"; NONE of: {', '.join(missing)}" if missing else ""))
 
 
 def _run_backend(ctx: Context, samples: list[Sample], chunk: int = 1024):

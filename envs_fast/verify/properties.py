@@ -6,6 +6,7 @@ import gymnasium as gym
 import jax
 import numpy as np
 
+from envs_fast.probes import ReferenceStepper, field_names, flat_values
 from envs_fast.protocol import SIGNATURE_PROBLEM
 from envs_fast.report import LevelReport
 from envs_fast.stats import same_distribution_p
@@ -43,6 +44,8 @@ def _check(ctx: Context, report: LevelReport):
     reference_resets = np.stack([gym.spaces.flatten(ctx.obs_space, ctx.reference.reset(seed=10_000 + i)[0])
                                  for i in range(n)]).astype(np.float64)
     _reset_distribution(ctx, report, backend_resets, reference_resets)
+    if ctx.backend and ctx.backend.syncs_state:
+        _reset_state_distribution(ctx, report)
     _determinism(ctx, report)
 
 
@@ -114,6 +117,47 @@ def _reset_distribution(ctx: Context, report: LevelReport, backend: np.ndarray, 
                    "backend mean/sd/min/max": describe(backend[:, column]),
                    "reference mean/sd/min/max": describe(reference[:, column])}
     report.add("reset distribution", ok, detail, failure)
+
+
+def _reset_state_distribution(ctx: Context, report: LevelReport):
+    """The reset state's distribution per field, where the backend draws it from its own random
+    stream (a Rust port cannot repeat numpy's): what the observation does not show, e.g. a physics
+    scene's terrain. Fields the sync cannot write or read (the reference derives them) are left out."""
+    s = ctx.settings
+    n = s.state_reset_samples
+    _, batch = ctx.backend.reset(seeds(s.seed + 2, n))
+    leaves = [np.asarray(leaf, dtype=np.float64).reshape(n, -1) for leaf in jax.tree_util.tree_leaves(batch)]
+    backend = np.concatenate(leaves, axis=1)
+    stepper = ReferenceStepper(ctx.env_id, ctx.backend)
+    try:
+        reference = np.stack([flat_values(stepper.reset(30_000 + i)) for i in range(n)])
+        names = field_names(stepper.read_state())
+    finally:
+        stepper.close()
+    if backend.shape != reference.shape:
+        report.add("reset state distribution", False, f"state sizes differ: {backend.shape[1]} vs {reference.shape[1]}")
+        return
+    derived = set(getattr(ctx.backend, "read_only_fields", ()) or ()) | set(getattr(ctx.backend, "unreadable_fields", ()) or ())
+    columns = [j for j, name in enumerate(names) if name.lstrip(".") not in derived]
+    threshold = 1e-3 / max(1, len(columns))
+    worst = (1.0, None, "")
+    for j in columns:
+        both = np.concatenate([backend[:, j], reference[:, j]])
+        if np.all(np.isnan(both)):
+            continue
+        p, test = same_distribution_p(np.nan_to_num(backend[:, j], nan=-1e300), np.nan_to_num(reference[:, j], nan=-1e300))
+        if test == "constant" and not np.allclose(backend[0, j], reference[0, j], rtol=s.rtol, atol=s.atol, equal_nan=True):
+            p = 0.0
+        if p < worst[0]:
+            worst = (p, j, test)
+    ok = worst[0] >= threshold
+    where = f" at state{names[worst[1]]} ({worst[2]})" if worst[1] is not None else ""
+    failure = None if ok else {"field": f"state{names[worst[1]]}", "test": worst[2],
+                               "backend mean/sd/min/max": describe(backend[:, worst[1]]),
+                               "reference mean/sd/min/max": describe(reference[:, worst[1]])}
+    report.add("reset state distribution", ok,
+               f"{n} backend vs {n} reference reset states, per state field the sync writes ({len(columns)} of "
+               f"{len(names)}), p >= {threshold:.2g} (0.001 Bonferroni-corrected); lowest p={worst[0]:.3g}{where}", failure)
 
 
 def _determinism(ctx: Context, report: LevelReport):
