@@ -21,7 +21,7 @@ ENV_ID = "BipedalWalker-v3"
 SOURCE = REPO / "envs_fast" / "bipedalwalker_v3.rs"
 needs_rustc = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
 # Small enough for the suite (a few hundred L2 states; the full run is bench/results/bipedalwalker-verify-*).
-QUICK = Settings(reset_samples=150, state_reset_samples=120, l2_target=150, l2_policy_steps=20, rollout_steps=60,
+QUICK = Settings(reset_samples=150, state_reset_samples=120, l2_target=100, l2_policy_steps=10, rollout_steps=30,
                  l3_trajectories=8, statistics_episodes=12)
 
 

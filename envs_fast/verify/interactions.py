@@ -78,11 +78,11 @@ def _check(ctx: Context, report: LevelReport):
                                             probe_actions(ctx.action_space, rng))
     finally:
         stepper.close()
-    _coverage(ctx, report, rollout, under_policies, boundary)
     _compare_samples(ctx, report, "step from rollout states", rollout)
     for name, samples in under_policies.items():
         _compare_samples(ctx, report, f"step from states under the {name}", samples)
     _compare_samples(ctx, report, "step from boundary states", boundary)
+    _coverage(ctx, report, rollout, under_policies, boundary)  # after: a differing step is the failure to show first
 
 
 def _policy_steps(s, policy, horizon: int) -> int:

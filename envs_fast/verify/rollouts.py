@@ -247,6 +247,22 @@ def _shadow_runs(stepper: ReferenceStepper, traj: dict):
         traj["shadow_term"].append(shadow_term)
 
 
+def _returns_equivalence(ctx: Context, report: LevelReport):
+    s = ctx.settings
+    horizon = statistical_horizon(ctx)
+    report.tolerances = tost_tolerance(s)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        backend = episode_returns(ctx, True, s.seed + 3, s.episodes, horizon)
+        reference = episode_returns(ctx, False, s.seed + 3, s.episodes, horizon)
+    result = tost(backend, reference, margin_sd=s.margin_sd)
+    report.largest_deviation = {"mean return difference": result.mean_a - result.mean_b, "margin": result.margin}
+    report.add("return distribution (fixed policy, TOST)", result.equivalent,
+               f"return over at most {horizon} steps: backend {result.describe()}",
+               None if result.equivalent else {"policy": "75% fixed random linear map of the observation, 25% uniform random",
+                                               "backend returns": describe(backend), "reference returns": describe(reference)})
+
+
 def _episode_statistics(ctx: Context, report: LevelReport):
     """Whole episodes past the predictable horizon: independent episodes of the backend (its own resets)
     and of the reference under the same policies (random actions and each declared policy with
