@@ -947,7 +947,7 @@ def make_jax_host_training(problem, agent, raw_obs_shape, raw_obs_dtype):
                                  one rollout's arrays (raw_obs (T+1, N, ...); the others (T, N[, W]))
                                  as the vector env returned them: bookkeeping, statistics, GAE, epochs
       outputs, act, to_torch     as make_jax_training's
-      width, first_learn_seconds W, and a conservative estimate of the first `learn` (learn_flops at 1 GFLOP/s)
+      width                      W
     Raises Untranslatable, before anything is compiled, for an Agent it cannot compute exactly."""
     import jax
     import jax.numpy as jnp
@@ -994,8 +994,7 @@ def make_jax_host_training(problem, agent, raw_obs_shape, raw_obs_dtype):
 
     return SimpleNamespace(state=state, policy_step=policy_step, env_actions=env_actions, draw_noise=draw_noise,
                            learn=learn, outputs=learner.outputs, act=learner.act, to_torch=learner.to_torch,
-                           num_envs=N, num_steps=T, width=width,
-                           first_learn_seconds=learn_flops(learner, N, T, E) / 1e9)
+                           num_envs=N, num_steps=T, width=width)
 
 
 def check_agent_glue(agent, problem):
@@ -1161,10 +1160,18 @@ def train_jax_host(spec, problem, agent):
         state["params"], state["obs_rms"], buffers[0][0], noise[0]).compile(options)
     learn = jax.jit(training.learn, donate_argnums=0).lower(state, *buffers, lr_at(0.0), ent_at(0.0)).compile(options)
     training.policy_step = policy_step  # host_rollout calls the compiled one from here on
-    start = time.time()
-    compile_seconds = start - compile_start
+    compile_seconds = time.time() - compile_start
     print(f"compiled the policy step and the learning in {compile_seconds:.1f}s "
           f"({time.time() - START:.1f}s since the process started)", flush=True)
+    # The first iteration's learning, before any was timed: one `learn` on a copy of the state, 1.5x
+    # (the probe trains nothing; the host path probes a gradient step alike). learn_flops at 1 GFLOP/s
+    # was 20x too slow here (5 s for CartPole's 0.25 s) and left a 12 s budget untrained.
+    learn_prior = 0.0
+    if time.time() < deadline:
+        probe_started = time.time()
+        jax.block_until_ready(learn(jax.tree_util.tree_map(np.array, state), *buffers, lr_at(0.0), ent_at(0.0)))
+        learn_prior = 1.5 * (time.time() - probe_started)
+    start = time.time()
 
     env_steps, updates, iteration_seconds, last_print = 0, 0, None, 0.0
     probe_steps = min(T, 9)
@@ -1186,7 +1193,7 @@ def train_jax_host(spec, problem, agent):
                 return False
             now = time.time()
             timing["estimate"] = (timing["second_step"] - iteration_start
-                                  + (now - timing["second_step"]) * (T - 1) / (t - 1) + training.first_learn_seconds)
+                                  + (now - timing["second_step"]) * (T - 1) / (t - 1) + learn_prior)
             return iteration_start + timing["estimate"] > deadline
 
         last_obs = host_rollout(training, envs, state, raw_obs, noise, buffers, give_up)
