@@ -17,6 +17,11 @@ policy compared by TOST);
 L4 `transfer` (a linear policy trained by the cross-entropy method on the backend scores
 equivalently on the reference, by TOST).
 The backend is driven only through `protocol.BatchedBackend` (JAX: `jax_batched.JaxBatched`).
+A translation may declare what its verification should look at (`declarations.py`: policies to
+gather L2 states under and roll out in L3, kinds of state L2 must cover, whether it is chaotic,
+episode outcomes): a chaotic scene's synced L3 trajectories are compared up to each one's measured
+predictable horizon, then its episode return, length and outcome rates by TOST; with a state sync,
+L1 also compares the reset state's distribution per writable field.
 """
 from __future__ import annotations
 

@@ -337,20 +337,25 @@ def _backend_episodes(ctx: Context, make, n: int, seed: int) -> np.ndarray:
 
 
 def _reference_episodes(ctx: Context, make, n: int, seed: int) -> np.ndarray:
+    """The same on the reference, each episode in a new env: a physics env may keep its engine's world
+    across resets (gymnasium's Box2D envs do: proxy ids and contact order then depend on every
+    episode before), where a backend's reset starts a fresh one."""
     outcomes = ctx.declarations.episode_outcomes
     space = ctx.action_space
     space.seed(seed + 1)
     rows = []
     limit = ctx.max_episode_steps or statistical_horizon(ctx)
     for episode in range(n):
-        obs, _ = ctx.reference.reset(seed=40_000 + seed + episode)
+        env = gym.make(ctx.env_id)
+        obs, _ = env.reset(seed=40_000 + seed + episode)
         act = make(seed + n + episode) if make else (lambda _obs: space.sample())
         total = 0.0
         for length in range(1, limit + 1):
-            obs, reward, terminated, truncated, _ = ctx.reference.step(act(obs))
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
             total += reward
             if terminated or truncated:
                 break
+        env.close()
         rows.append(_episode_row(total, length, float(reward), bool(terminated), outcomes))
     return np.array(rows)
 
