@@ -19,7 +19,8 @@ repeats, so that other load on the machine does not skew the ratio): a jitted la
 JAX_NUM_STEPS calls of the same `env_step` over JAX_NUM_ENVS envs (autoreset and time limit included),
 random actions instead of the policy, from the training's own env states.
 
---bipedal adds BipedalWalker-v3 on the host path only (no JAX translation ships), 720 s by default.
+--bipedal adds BipedalWalker-v3 (no JAX translation ships: a host backend, trained by the path train.py's
+LEARNER picks, host or jax-host; bench/bipedal_training.py compares those), 720 s by default.
 
     python bench/train_paths.py --against COMMIT [--envs Pendulum-v1] [--budgets 10] [--repeats 3]
 
@@ -232,7 +233,7 @@ def main(argv=None) -> int:
     parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--eval-seed", type=int, default=12345)
     parser.add_argument("--bipedal", nargs="?", type=float, const=720.0, default=None, metavar="SECONDS",
-                        help="also BipedalWalker-v3, host path only (default budget 720 s)")
+                        help="also BipedalWalker-v3, on a host backend (default budget 720 s)")
     parser.add_argument("--out", help="keep artifacts and logs here (default: a temp dir)")
     parser.add_argument("--json", help="also write all figures here")
     parser.add_argument("--against", metavar="COMMIT",

@@ -110,9 +110,10 @@ JAX_CACHE_DIR = os.environ.get("AUTORL_JAX_CACHE_DIR")  # the runner's compilati
 HOST_SPECS = ("envpool", "gymnasium", "reference")  # vector backends: stepped from a Python loop (host, jax-host)
 SCALARS = ("logp", "reward", "valid", "terminated", "done", "finished_return", "discounted_return")  # jax-e2e rollout
 # LEARNER = "auto" trains a Rust translation or envpool with the JAX learner (jax-host) from this budget
-# on. Measured on 2 cores under load 6-7 (November 26, bench/results/bipedal-training-2026-11-26.txt):
-# its compile took 6-16 s, so at 12 s CartPole on envpool trained nothing (host: 0-1 updates), while
-# at 30 s it trained 4-5x the host path's env steps (245k-408k vs 48k-89k), and BipedalWalker 2-5x at 45 s.
+# on (bench/results/bipedal-training-2026-11-26.txt, 2 cores shared with other jobs): at load 2-3 it
+# trained CartPole-v1 on envpool 2.0x the host path's env steps at 12 s, 5.5x at 20 s and 5.4x at 30 s,
+# BipedalWalker-v3 2.4-3x at 90 s; but at load 6-7 its start-up and compile (which cannot be stopped)
+# took 16-20 s, so a 12 s run trained nothing and overran its budget by 4-8 s. From 30 s it won every run.
 JAX_HOST_MIN_BUDGET = 30.0
 EXPORT_TOLERANCE = 1e-4  # export_check: max |action difference| for Box actions (+1e-5 x |action|)
 TIE_TOLERANCE = 1e-5  # export_check, Discrete actions: a logit this close to the best is a tie
@@ -226,7 +227,7 @@ def choose_path(spec):
     - any other (a Rust translation, envpool, gymnasium): LEARNER = "torch" the host path, "jax" the
       jax-host path, "auto" jax-host for a Rust translation or envpool when the budget is at least
       JAX_HOST_MIN_BUDGET, else the host path (measured, see there). gymnasium's own vector env (the
-      reference, any env) stays on the host path: its steps, not the learner, are the cost there."""
+      reference: any env, any space) stays on the host path: jax-host was not measured there."""
     if LEARNER not in ("auto", "torch", "jax"):
         raise SystemExit(f"LEARNER must be \"auto\", \"torch\" or \"jax\", not {LEARNER!r}")
     if is_jax_functional(spec):
