@@ -26,9 +26,17 @@ itself is a function of the written state, whatever came before: proxy ids and f
 fresh world's, joint impulses start at 0 (not writable in pybox2d), contacts are found by the
 broad-phase, the written manifolds and warm-start impulses are put on the contacts of the same
 (segment, body) pairs and one Collide pass brings them to the written pose, sleep timers start at
-0. Those fields are READ_ONLY_FIELDS: the verifier's round trip leaves them out, and both sides
-step from what state_from_reference reads back after the write. A state holds at most
-MAX_CONTACTS contacts (the scene has about 15); a larger list is cut.
+0. That pass is the collision the real env does at the start of its next step, so the contact
+events it would send gymnasium's listener are replayed (_replay_contact_events): game_over and the
+legs' ground_contact read back as the next step starts from them. Those fields are
+READ_ONLY_FIELDS: the verifier's round trip leaves them out, and both sides step from what
+state_from_reference reads back after the write. A state holds at most MAX_CONTACTS contacts (the
+scene has about 15); a larger list is cut.
+
+The end of the file declares what verification looks at (envs_fast/verify/declarations.py): the
+heuristic walker and standing still until asleep as policies, foot strikes, joints at a limit and
+sleeping bodies as kinds of state L2 must cover, falls as an episode outcome, and that the scene is
+chaotic (L3 compares synced trajectories up to each one's measured predictable horizon).
 """
 from __future__ import annotations
 
