@@ -1094,11 +1094,7 @@ def train_jax(spec, problem, agent):
         env_steps += int(metrics["env_steps"])
         updates += 1
         episode_log.append((float(metrics["return_sum"]), int(metrics["episodes"])))
-        if time.time() - last_print >= 1.0:
-            last_print = time.time()
-            print(f"update {updates} steps {env_steps} sps {env_steps / (last_print - start):.0f} "
-                  f"return(last 20 episodes) {recent_mean(episode_log):.2f} kl {float(metrics['kl']):.4f} "
-                  f"time {last_print - START:.1f}s", flush=True)
+        last_print = print_progress(last_print, updates, env_steps, start, episode_log, metrics)
     end = time.time()
 
     obs_normalisation = training.to_torch(state, agent)  # the export is the host path's
@@ -1211,11 +1207,7 @@ def train_jax_host(spec, problem, agent):
         env_steps += int(metrics["env_steps"])
         updates += 1
         episode_log.append((float(metrics["return_sum"]), int(metrics["episodes"])))
-        if time.time() - last_print >= 1.0:
-            last_print = time.time()
-            print(f"update {updates} steps {env_steps} sps {env_steps / (last_print - start):.0f} "
-                  f"return(last 20 episodes) {recent_mean(episode_log):.2f} kl {float(metrics['kl']):.4f} "
-                  f"time {last_print - START:.1f}s", flush=True)
+        last_print = print_progress(last_print, updates, env_steps, start, episode_log, metrics)
     end = time.time()
     envs.close()
 
@@ -1228,6 +1220,17 @@ def train_jax_host(spec, problem, agent):
         "obs_normalisation": obs_normalisation, "check_observations": np.asarray(state["check_obs"]),
         "policy_outputs": lambda raw: np.asarray(outputs(state, raw)), "state": state, "training": training,
     }
+
+
+def print_progress(last_print, updates, env_steps, start, episode_log, metrics):
+    """A progress line of a JAX path at most once a second; returns when the last one was printed."""
+    if time.time() - last_print < 1.0:
+        return last_print
+    now = time.time()
+    print(f"update {updates} steps {env_steps} sps {env_steps / (now - start):.0f} "
+          f"return(last 20 episodes) {recent_mean(episode_log):.2f} kl {float(metrics['kl']):.4f} "
+          f"time {now - START:.1f}s", flush=True)
+    return now
 
 
 def recent_mean(episode_log, episodes=20):
