@@ -379,3 +379,22 @@ def test_sleeping_matches(port):
             if len(asleep) > 5:
                 break
     assert asleep  # the reference did sleep, and the port with it
+
+
+def test_a_batch_steps_the_same_whatever_its_split_over_threads(port):
+    """40 envs in one call (split over threads where the machine has more than one core) step to
+    exactly what the same envs give one per call: envs are independent, so the split is
+    results-neutral."""
+    n, steps = 40, 30
+    rng = np.random.default_rng(0)
+    seeds = np.arange(1, n + 1)
+    _, together = port.reset(seeds)
+    alone = [port.reset(seeds[i:i + 1])[1] for i in range(n)]
+    for t in range(steps):
+        actions = rng.uniform(-1, 1, (n, 4))
+        step_seeds = seeds * 1000 + t
+        obs, together, reward, terminated = port.step(step_seeds, together, actions)
+        for i in range(n):
+            obs_i, alone[i], reward_i, terminated_i = port.step(step_seeds[i:i + 1], alone[i], actions[i:i + 1])
+            np.testing.assert_array_equal(np.asarray(obs_i)[0], np.asarray(obs)[i])
+            assert reward_i[0] == reward[i] and terminated_i[0] == terminated[i]
