@@ -1096,16 +1096,9 @@ def train_jax(spec, problem, agent):
         episode_log.append((float(metrics["return_sum"]), int(metrics["episodes"])))
         last_print = print_progress(last_print, updates, env_steps, start, episode_log, metrics)
     end = time.time()
-
-    obs_normalisation = training.to_torch(state, agent)  # the export is the host path's
-    outputs = jax.jit(training.outputs)
-    return {
-        "figures": {"device": device.platform, "env_steps": env_steps, "training_seconds": end - start,
-                    "wall_seconds": end - START, "compile_seconds": compile_seconds, "updates": updates,
-                    "episode_return": recent_mean(episode_log), "episodes": sum(n for _, n in episode_log)},
-        "obs_normalisation": obs_normalisation, "check_observations": np.asarray(state["check_obs"]),
-        "policy_outputs": lambda raw: np.asarray(outputs(state, raw)), "state": state, "training": training,
-    }
+    return jax_trained(training, state, agent, device, {
+        "env_steps": env_steps, "training_seconds": end - start, "wall_seconds": end - START,
+        "compile_seconds": compile_seconds, "updates": updates}, episode_log)
 
 
 def host_rollout(training, envs, state, raw_obs, noise, buffers, give_up=lambda t: False):
@@ -1210,12 +1203,19 @@ def train_jax_host(spec, problem, agent):
         last_print = print_progress(last_print, updates, env_steps, start, episode_log, metrics)
     end = time.time()
     envs.close()
+    return jax_trained(training, state, agent, device, {
+        "env_steps": env_steps, "training_seconds": end - start, "wall_seconds": end - START,
+        "compile_seconds": compile_seconds, "updates": updates}, episode_log)
+
+
+def jax_trained(training, state, agent, device, figures, episode_log):
+    """What a JAX path returns to main: its figures, and what the export and its check need."""
+    import jax
 
     obs_normalisation = training.to_torch(state, agent)  # the export is the host path's
     outputs = jax.jit(training.outputs)
     return {
-        "figures": {"device": device.platform, "env_steps": env_steps, "training_seconds": end - start,
-                    "wall_seconds": end - START, "compile_seconds": compile_seconds, "updates": updates,
+        "figures": {"device": device.platform, **figures,
                     "episode_return": recent_mean(episode_log), "episodes": sum(n for _, n in episode_log)},
         "obs_normalisation": obs_normalisation, "check_observations": np.asarray(state["check_obs"]),
         "policy_outputs": lambda raw: np.asarray(outputs(state, raw)), "state": state, "training": training,

@@ -170,11 +170,13 @@ def screening_moves(centre: dict, space: dict[str, BaseDistribution]) -> list[tu
         dist, value = space[name], centre[name]
         prior = prior_of(name)
         params = dict(centre)
+        default = None if prior is None or isinstance(prior.default, bool) or isinstance(value, bool) \
+            else clip(type(value)(prior.default), dist)
         if isinstance(value, bool):
             params[name] = not value
-        elif prior is not None and not isinstance(prior.default, bool) and format_value(clip(
-                type(value)(prior.default), dist)) != format_value(value) and steps_to(value, prior.default, dist) >= 2:
-            params[name] = clip(type(value)(prior.default), dist)
+        elif default is not None and format_value(default) != format_value(value) \
+                and steps_to(value, prior.default, dist) >= 2:
+            params[name] = default
         else:
             low, high = (prior.low, prior.high) if prior is not None and prior.low is not None else (None, None)
             room_down = steps_to(value, low if low is not None else _low_of(dist), dist)
@@ -206,8 +208,8 @@ def steps_to(value, edge, dist: BaseDistribution) -> float:
     return steps_between(value, edge, dist)
 
 
-def screen_effects(trials) -> list[tuple[str, int, float]]:
-    """The latest screen's constants, the most effective first, as (name, sign that helped, effect).
+def screen_effects(trials) -> list[tuple[str, int]]:
+    """The latest screen's constants, the most effective first, as (name, sign that helped).
     A screening trial at least as good as the best at the screen's budget went on to the full
     budget (COMPLETE): those come first, by score. The ones stopped at the screen (PRUNED, scored at
     the screen's budget) follow by how far their score is from the screen's median (most
@@ -221,19 +223,17 @@ def screen_effects(trials) -> list[tuple[str, int, float]]:
     pruned = [(t, t.intermediate_values.get(0)) for t in screens if t.state == optuna.trial.TrialState.PRUNED]
     pruned = [(t, v) for t, v in pruned if v is not None]
     median = sorted(v for _, v in pruned)[len(pruned) // 2] if pruned else 0.0
-    ranked = []
+    ranked = []  # (rank, name, sign)
     for t in screens:
         name, sign = t.user_attrs["screen"], int(t.user_attrs["sign"])
         if t.state == optuna.trial.TrialState.COMPLETE and t.value is not None:
-            ranked.append(((0, -t.value), name, sign, math.inf))
+            ranked.append(((0, -t.value), name, sign))
+        elif t.state == optuna.trial.TrialState.FAIL:
+            ranked.append(((2, 0.0), name, 0))
     for t, v in pruned:
-        effect = abs(v - median)
-        ranked.append(((1, -effect), t.user_attrs["screen"], int(t.user_attrs["sign"]) * (1 if v >= median else -1),
-                       effect))
-    for t in screens:
-        if t.state == optuna.trial.TrialState.FAIL:
-            ranked.append(((2, 0.0), t.user_attrs["screen"], 0, 0.0))
-    return [(name, sign, effect) for _, name, sign, effect in sorted(ranked, key=lambda r: r[0])]
+        ranked.append(((1, -abs(v - median)), t.user_attrs["screen"],
+                       int(t.user_attrs["sign"]) * (1 if v >= median else -1)))
+    return [(name, sign) for _, name, sign in sorted(ranked, key=lambda r: r[0])]
 
 
 # ---------------------------------------------------------------- the neighbourhood
@@ -393,7 +393,7 @@ class LocalSearch(optuna.samplers.BaseSampler):
                                      "sign": sign}
                         return params
         effects = screen_effects(trials)
-        focus = {name: sign for name, sign, _ in effects[:SCREEN_FOCUS] if name in search_space}
+        focus = {name: sign for name, sign in effects[:SCREEN_FOCUS] if name in search_space}
         radius = min(MAX_RADIUS, 1 + around // WIDEN_EVERY)
         while radius <= MAX_RADIUS:
             names = sorted(n for n in search_space if radius >= 2 or not coarse(search_space[n]))
