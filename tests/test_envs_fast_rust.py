@@ -71,6 +71,55 @@ def test_build_reuses_the_cached_library(backends, monkeypatch):
     assert library.stat().st_mtime_ns == built_at
 
 
+FEATURES = ("sse4.1", "popcnt", "avx", "avx2", "fma", "bmi2")
+PROBE = """#[no_mangle]
+pub extern "C" fn probe_panic_abort() -> u8 { cfg!(panic = "abort") as u8 }
+#[no_mangle]
+pub extern "C" fn probe_debug_assertions() -> u8 { cfg!(debug_assertions) as u8 }
+""" + "".join(f'''#[no_mangle]
+pub extern "C" fn probe_{name.replace(".", "_")}() -> u8 {{ cfg!(target_feature = "{name}") as u8 }}
+''' for name in FEATURES)
+
+
+def test_the_build_flags_reach_rustc_and_the_library(tmp_path):
+    """RUSTC_FLAGS compile the library: optimised (no debug assertions), panic=abort, and with exactly
+    the CPU features target-cpu=native enables on this host (those `host_target` keys the cache by)."""
+    import ctypes
+
+    source = tmp_path / "flag_probe.rs"
+    source.write_text(PROBE)
+    library = ctypes.CDLL(str(build(source)))
+    assert library.probe_panic_abort() == 1
+    assert library.probe_debug_assertions() == 0
+    native = subprocess.run([rust_build.rustc_path(), "-C", "target-cpu=native", "--print", "cfg"],
+                            capture_output=True, text=True, check=True).stdout
+    for name in FEATURES:  # baseline x86-64 (no target-cpu) has none of them
+        enabled = f'target_feature="{name}"' in native
+        assert getattr(library, f"probe_{name.replace('.', '_')}")() == enabled, name
+    features = lambda cfg: sorted(line for line in cfg.splitlines() if line.startswith("target_feature="))  # noqa: E731
+    assert features(rust_build.host_target()) == features(native)  # what the cache key holds
+
+
+def test_the_cache_key_holds_the_flags_and_the_host_cpu(tmp_path, monkeypatch):
+    """A library built with other flags, or on a CPU with other features (target-cpu=native), is
+    never reused: both are part of its folder's name."""
+    source = tmp_path / "flag_probe.rs"
+    source.write_text(PROBE)
+    here = rust_build.library_path(source)
+    assert 'target_feature="' in rust_build.host_target()
+    assert rust_build.library_path(source) == here
+    with monkeypatch.context() as patch:  # the flags without target-cpu=native
+        patch.setattr(rust_build, "RUSTC_FLAGS", tuple("target-cpu=x86-64" if f == "target-cpu=native" else f
+                                                       for f in rust_build.RUSTC_FLAGS))
+        assert rust_build.library_path(source).parent.name != here.parent.name
+    with monkeypatch.context() as patch:  # a host with one more CPU feature
+        other_cpu = rust_build.host_target() + '\ntarget_feature="avx512f"'
+        patch.setattr(rust_build, "host_target", lambda: other_cpu)
+        moved = rust_build.library_path(source)
+    assert moved.parent.name != here.parent.name
+    assert moved.parent.name.split("-")[0] == here.parent.name.split("-")[0]  # same source, another toolchain key
+
+
 def test_compile_error_is_a_build_error_with_rustcs_message(tmp_path):
     broken = copy_example("CartPole-v1", tmp_path, ("let costheta = theta.cos();", "let costheta: u32 = theta.cos();"))
     with pytest.raises(BuildError) as caught:
