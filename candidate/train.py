@@ -105,6 +105,9 @@ JAX_NUM_MINIBATCHES = 16  # minibatches per epoch (jax-e2e path)
 ENV_ID = evaluate.ENV_ID
 TIME_BUDGET = evaluate.TIME_BUDGET
 SEED = int(os.environ.get("AUTORL_SEED", 1))
+# A step budget beside the time budget (0: none), for comparisons at equal env steps: verification's
+# L4 trains a backend and the reference for the same steps. Set by whoever runs this, never by a night.
+MAX_ENV_STEPS = int(os.environ.get("AUTORL_MAX_ENV_STEPS", 0))
 OUTPUT_DIR = Path(os.environ.get("AUTORL_OUTPUT_DIR", "out"))
 JAX_CACHE_DIR = os.environ.get("AUTORL_JAX_CACHE_DIR")  # the runner's compilation cache (empty for every run)
 HOST_SPECS = ("envpool", "gymnasium", "reference")  # vector backends: stepped from a Python loop (host, jax-host)
@@ -328,6 +331,20 @@ def gradient_step_seconds(agent, problem, batch, device):
     return seconds[-1]
 
 
+def budget_progress(now, start, deadline, env_steps):
+    """How far training is through its budget, 0 to 1, the learning rate and entropy anneal over it:
+    the time left when training started, or with MAX_ENV_STEPS its env steps, whichever is further."""
+    progress = (now - start) / max(deadline - start, 1e-9)
+    if MAX_ENV_STEPS:
+        progress = max(progress, env_steps / MAX_ENV_STEPS)
+    return min(1.0, progress)
+
+
+def steps_spent(env_steps, next_steps):
+    """With MAX_ENV_STEPS, whether an iteration of `next_steps` more env steps would pass it."""
+    return bool(MAX_ENV_STEPS) and env_steps + next_steps > MAX_ENV_STEPS
+
+
 def train_host(spec, problem, agent):
     """PPO from a torch loop over evaluate.make_vec_env. Returns the figures, the observation
     normalisation and what export_check compares the artifact with."""
@@ -388,7 +405,9 @@ def train_host(spec, problem, agent):
         iteration_start = time.time()
         if iteration_start >= deadline or iteration_start + (iteration_seconds or 0.0) > deadline:
             break
-        progress = min(1.0, (iteration_start - start) / max(deadline - start, 1e-9))
+        if steps_spent(env_steps, T * N):
+            break
+        progress = budget_progress(iteration_start, start, deadline, env_steps)
         if ANNEAL_LR:
             optimizer.param_groups[0]["lr"] = LEARNING_RATE * max(1.0 - progress, 0.02)
 
@@ -1082,9 +1101,9 @@ def train_jax(spec, problem, agent):
     episode_log = []  # (sum of returns, episodes) per update
     while True:
         now = time.time()
-        if now + update_seconds > deadline:
+        if now + update_seconds > deadline or steps_spent(env_steps, JAX_NUM_ENVS * JAX_NUM_STEPS):
             break
-        progress = min(1.0, (now - start) / max(deadline - start, 1e-9))  # over the time left
+        progress = budget_progress(now, start, deadline, env_steps)
         state, metrics = update(state, lr_at(progress), ent_at(progress))
         metrics = jax.device_get(metrics)  # waits for the update: the timing is real
         took = time.time() - now
@@ -1168,9 +1187,9 @@ def train_jax_host(spec, problem, agent):
     episode_log = []  # (sum of returns, episodes) per update
     while True:
         iteration_start = time.time()
-        if iteration_start + (iteration_seconds or 0.0) > deadline:
+        if iteration_start + (iteration_seconds or 0.0) > deadline or steps_spent(env_steps, T * N):
             break
-        progress = min(1.0, (iteration_start - start) / max(deadline - start, 1e-9))
+        progress = budget_progress(iteration_start, start, deadline, env_steps)
         timing = {}
 
         def give_up(t):

@@ -464,3 +464,8 @@ EPISODE_OUTCOMES = {"fall": fell}
 # steps; heuristic walker min 33, median 52; standing still min 43, most never), so each synced
 # trajectory is compared up to its own measured horizon, and past it episode statistics by TOST.
 CHAOTIC = True
+
+# L4: PPO (train.py) trained on the port for these env steps scores on gymnasium's env within +-10 of PPO
+# trained on gymnasium's env for as many (issue 36); at 3M steps train.py's PPO nears its plateau (~300),
+# where seeds differ least, and a policy that has not learnt to walk (below 200) judges nothing.
+TRANSFER_PPO = {"env_steps": 3_000_000, "seeds": 2, "margin": 10.0, "min_score": 200.0}

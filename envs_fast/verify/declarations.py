@@ -12,6 +12,9 @@ stepping from (a foot strike, a joint at its limit, bodies asleep) are rare unde
                      # reference rerun from its start moved by one float32 rounding departs from its own run),
                      # instead of float32 shadows; past it, episode statistics by TOST
     EPISODE_OUTCOMES = {name: (final reward, terminated) -> bool}  # L3: rates compared, e.g. falls
+    TRANSFER_PPO = {"env_steps": int, "seeds": int, "margin": float, "min_score": float}
+                     # L4: PPO trained on the backend scores on the reference within the margin of PPO trained
+                     # on the reference for the same env steps (ppo_transfer.py), instead of the CEM check
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ class Declarations:
     state_categories: dict = field(default_factory=dict)
     chaotic: bool = False
     episode_outcomes: dict = field(default_factory=dict)
+    transfer_ppo: dict | None = None
 
 
 def declarations_of(spec: str) -> Declarations:
@@ -52,4 +56,5 @@ def declarations_of(spec: str) -> Declarations:
     return Declarations(policies=policies,
                         state_categories=dict(getattr(module, "STATE_CATEGORIES", None) or {}),
                         chaotic=bool(getattr(module, "CHAOTIC", False)),
-                        episode_outcomes=dict(getattr(module, "EPISODE_OUTCOMES", None) or {}))
+                        episode_outcomes=dict(getattr(module, "EPISODE_OUTCOMES", None) or {}),
+                        transfer_ppo=getattr(module, "TRANSFER_PPO", None))

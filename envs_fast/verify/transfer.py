@@ -1,5 +1,7 @@
 """L4 transfer: a linear policy trained on the backend by the cross-entropy method scores
-equivalently (TOST) on the backend and on the reference."""
+equivalently (TOST) on the backend and on the reference; for a translation that declares
+TRANSFER_PPO (a physics scene, where a linear policy learns too little to tell), PPO trained on the
+backend scores on the reference as PPO trained there does (ppo_transfer.py)."""
 from __future__ import annotations
 
 import warnings
@@ -9,6 +11,7 @@ import numpy as np
 
 from envs_fast.report import LevelReport
 from envs_fast.stats import tost
+from envs_fast.verify import ppo_transfer
 from envs_fast.verify.context import Context
 from envs_fast.verify.formatting import describe
 from envs_fast.verify.shared import episode_returns, failing_on_crash, flatten_batch, statistical_horizon, tost_tolerance
@@ -17,7 +20,10 @@ from envs_fast.verify.shared import episode_returns, failing_on_crash, flatten_b
 def run(ctx: Context) -> LevelReport:
     report = LevelReport(4)
     with failing_on_crash(report):
-        _check(ctx, report)
+        if ctx.declarations.transfer_ppo:
+            ppo_transfer.run(ctx, report, ctx.declarations.transfer_ppo)
+        else:
+            _check(ctx, report)
     return report
 
 

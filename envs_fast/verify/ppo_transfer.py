@@ -1,0 +1,182 @@
+"""L4 for a physics translation: PPO trained on the backend plays the reference env as well as PPO trained
+on the reference for the same env steps (cross-backend transfer: no sim-to-sim gap).
+
+A translation declares it in its sync companion or JAX file (declarations.py):
+
+    TRANSFER_PPO = {"env_steps": 3_000_000,   # per training run, both sides
+                    "seeds": 2,               # training seeds per side, paired (AUTORL_SEED 1..seeds)
+                    "margin": 10.0,           # |mean score on the backend's side - the reference's| <= margin
+                    "min_score": 200.0}       # the reference's policies must reach it: two policies that
+                                              # learnt nothing agree and prove nothing
+
+For each seed and side, the checkout's candidate/train.py trains in a scratch folder, a copy of it with
+BACKEND set (the backend, or "reference") and one learner for both sides (LEARNER "jax", the jax-host
+path, except for a JAX translation, which that would train end to end with other constants: there
+"torch", the host path on both sides), for exactly the declared env steps (AUTORL_MAX_ENV_STEPS, which
+also anneals the learning rate over steps; the time budget is lifted). evaluate.py's harness scores
+every artifact on the reference env (100 episodes from a seed no training run resets with). The
+backend trains only with a passing L1-L3 verdict, as in a night.
+
+Hours at the declared steps on 2 cores: with `--l4-dir DIR` every run's folder (train.log, policy.pt,
+run.json) is kept there, and a run whose run.json matches (backend content, train.py text, env steps,
+seed, side) is not trained again, so a stopped check resumes.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from envs_fast import cache
+from envs_fast.cache import backend_identity
+from envs_fast.report import LevelReport
+from envs_fast.verify.context import Context
+
+EVAL_EPISODES = 100
+EVAL_SEED_OFFSET = 1_000_000  # the scoring episodes' seeds: far from every training run's resets
+NO_TIME_LIMIT = 7 * 24 * 3600.0  # AUTORL_TIME_BUDGET of a training run: the env steps end it
+SLOWEST_SPS = 300.0  # a training run slower than this (per env step, on top of a 10 min start) is stuck
+
+
+def learner_for(spec: str) -> str:
+    """The LEARNER both sides train with: the same learner and constants on both."""
+    functional_jax = str(spec).endswith(".py")
+    return "torch" if functional_jax else "jax"
+
+
+def train_py_for(text: str, backend: str, learner: str) -> str:
+    """train.py's text with BACKEND and LEARNER set (whatever the checkout's lines say)."""
+    for name, value in (("BACKEND", backend), ("LEARNER", learner)):
+        text, count = re.subn(rf"^{name} = .*$", f"{name} = {value!r}", text, count=1, flags=re.M)
+        if count != 1:
+            raise ValueError(f"candidate/train.py has no line `{name} = ...` to set")
+    return text
+
+
+def repository(ctx: Context) -> Path:
+    return Path(ctx.root) if ctx.root else Path(__file__).resolve().parents[2]
+
+
+def run(ctx: Context, report: LevelReport, declared: dict) -> None:
+    s = ctx.settings
+    env_steps = int(s.extra.get("l4_env_steps") or declared["env_steps"])
+    seeds = int(s.extra.get("l4_seeds") or declared.get("seeds", 2))
+    margin = float(declared.get("margin", 10.0))
+    min_score = float(declared.get("min_score", float("-inf")))
+    report.tolerances = {"margin": margin, "min_score": min_score}
+    verdict = cache.cached_verdict(ctx.spec, ctx.env_id)
+    if not (verdict and verdict.get("passed")):
+        report.add("trained on the backend (PPO)", False,
+                   "L4 trains PPO on the backend, which trains only once it passes L1-L3: no passing verdict is "
+                   "cached for it (run --levels 1,2,3,4)")
+        return
+    root = repository(ctx)
+    train_py = root / "candidate" / "train.py"
+    learner = learner_for(ctx.spec)
+    try:
+        texts = {side: train_py_for(train_py.read_text(), backend, learner)
+                 for side, backend in (("backend", ctx.spec), ("reference", "reference"))}
+    except (OSError, ValueError) as exc:
+        report.add("trained on the backend (PPO)", False, f"{train_py}: {exc}")
+        return
+    eval_seed = EVAL_SEED_OFFSET + s.seed
+    runs = {"backend": [], "reference": []}
+    kept = s.extra.get("l4_dir")
+    with tempfile.TemporaryDirectory(prefix="autorl-l4-") as scratch:
+        work = Path(kept) if kept else Path(scratch)
+        for seed in range(1, seeds + 1):
+            for side in ("backend", "reference"):
+                folder = work / f"{side}-seed{seed}"
+                identity = {"backend": backend_identity(ctx.spec, ctx.env_id), "env_id": ctx.env_id, "side": side,
+                            "train_py": hashlib.sha256(texts[side].encode()).hexdigest(), "env_steps": env_steps,
+                            "seed": seed, "eval_seed": eval_seed}
+                trained = finished_run(folder, identity)
+                if trained is None:
+                    trained = train(root, folder, texts[side], ctx.env_id, env_steps, seed, work / "jax-cache")
+                    if "error" in trained:
+                        report.add(f"PPO trains on the {side}", False, trained["error"])
+                        return
+                    expected = ctx.spec if side == "backend" else "reference"
+                    if trained["backend"] != expected:
+                        report.add(f"PPO trains on the {side}", False,
+                                   f"train.py trained on {trained['backend']!r}, not {expected!r}: {trained['why']}")
+                        return
+                    trained["score"] = score(root, folder / "policy.pt", ctx.env_id, eval_seed)
+                    (folder / "run.json").write_text(json.dumps({"identity": identity, "run": trained}, indent=1))
+                runs[side].append(trained)
+    judge(report, runs, env_steps, margin, min_score, learner)
+
+
+def finished_run(folder: Path, identity: dict) -> dict | None:
+    """A kept run's figures when it trained and was scored under the same identity, else None."""
+    try:
+        record = json.loads((folder / "run.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record["run"] if record.get("identity") == identity else None
+
+
+def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed: int, jax_cache: Path) -> dict:
+    """One training run of `text` (a train.py) for `env_steps`; its summary, or {"error": why}."""
+    if folder.exists():  # an unfinished or outdated run: trained again from scratch
+        shutil.rmtree(folder)
+    (folder / "candidate").mkdir(parents=True)
+    script = folder / "candidate" / "train.py"
+    script.write_text(text)
+    # the copy imports evaluate and envs_fast from the checkout (PYTHONPATH), as the original would
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+               AUTORL_ENV_ID=env_id, AUTORL_TIME_BUDGET=str(NO_TIME_LIMIT), AUTORL_MAX_ENV_STEPS=str(env_steps),
+               AUTORL_SEED=str(seed), AUTORL_OUTPUT_DIR=str(folder), AUTORL_JAX_CACHE_DIR=str(jax_cache))
+    started = time.monotonic()
+    try:
+        proc = subprocess.run([sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True,
+                              timeout=600 + env_steps / SLOWEST_SPS)
+    except subprocess.TimeoutExpired as exc:
+        return {"error": f"train.py (seed {seed}) did not finish {env_steps:,} env steps in {exc.timeout:.0f} s"}
+    (folder / "train.log").write_text(proc.stdout + proc.stderr)
+    tail = proc.stdout.rsplit("\n---\n", 1)
+    if proc.returncode != 0 or len(tail) < 2:
+        return {"error": f"train.py (seed {seed}) exited {proc.returncode}: "
+                         f"{(proc.stdout + proc.stderr).strip()[-1500:]}"}
+    summary = dict(line.split(": ", 1) for line in tail[1].strip().splitlines() if ": " in line)
+    return {"seed": seed, "backend": summary.get("backend", ""), "why": summary.get("backend_reason", ""),
+            "path": summary.get("path", ""), "env_steps": int(summary.get("env_steps", 0)),
+            "seconds": time.monotonic() - started}
+
+
+def score(root: Path, policy: Path, env_id: str, eval_seed: int) -> dict:
+    """The harness's score of the artifact on the reference env (evaluate.py, as the daemon runs it)."""
+    proc = subprocess.run([sys.executable, str(root / "evaluate.py"), "--policy", str(policy), "--env", env_id,
+                           "--episodes", str(EVAL_EPISODES), "--seed", str(eval_seed)],
+                          cwd=root, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"evaluate.py failed on {policy}: {proc.stderr.strip()[-1500:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def judge(report: LevelReport, runs: dict, env_steps: int, margin: float, min_score: float, learner: str) -> None:
+    means = {side: statistics.fmean(r["score"]["mean"] for r in rs) for side, rs in runs.items()}
+    difference = means["backend"] - means["reference"]
+    per_seed = "; ".join(
+        f"seed {b['seed']}: {b['score']['mean']:.1f} vs {r['score']['mean']:.1f}"
+        for b, r in zip(runs["backend"], runs["reference"]))
+    steps = {side: [r["env_steps"] for r in rs] for side, rs in runs.items()}
+    report.largest_deviation = {"mean score difference": difference, "margin": margin}
+    learned = means["reference"] >= min_score
+    report.add("the reference's PPO learnt", learned,
+               f"mean score {means['reference']:.1f} on the reference env after {env_steps:,} env steps "
+               f"(at least {min_score:g} needed to judge transfer)")
+    detail = (f"PPO (train.py, LEARNER {learner!r}) for {env_steps:,} env steps per run (trained: backend "
+              f"{steps['backend']}, reference {steps['reference']}), {len(runs['backend'])} seed(s) per side, each "
+              f"artifact scored by evaluate.py over {EVAL_EPISODES} episodes on the reference env: trained on the "
+              f"backend {means['backend']:.1f}, on the reference {means['reference']:.1f}, difference "
+              f"{difference:+.1f} (margin +-{margin:g}); per seed, backend vs reference: {per_seed}")
+    report.add("PPO trained on the backend transfers (score within the margin)", abs(difference) <= margin, detail)

@@ -1,0 +1,80 @@
+"""L4 for a translation that declares TRANSFER_PPO (a physics scene): train.py's PPO trained on the
+backend for the declared env steps must score on the reference env within the margin of PPO trained on
+the reference for as many. Here on CartPole's Rust translation, in a copy of the checkout whose
+companion declares a small TRANSFER_PPO: the shipped one transfers, one whose push is mirrored (action 1
+pushes left) trains a policy that drops the pole on the real env at once."""
+from __future__ import annotations
+
+import pytest
+
+from envs_fast import cache
+from envs_fast.rust_build import rustc_available
+from envs_fast.verify import Settings, verify
+from tests.train_helpers import edited_copy
+
+pytestmark = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
+
+# 60k env steps of train.py's PPO balance CartPole (500) on the reference: the two sides agree within 50;
+# the mirrored port's policy scores about 10 there
+DECLARATION = '\nTRANSFER_PPO = {"env_steps": 60_000, "seeds": 1, "margin": 50.0, "min_score": 300.0}\n'
+MIRRORED = ("let force = if action[0] == 1.0 { FORCE_MAG } else { -FORCE_MAG };",
+            "let force = if action[0] == 1.0 { -FORCE_MAG } else { FORCE_MAG };")
+
+
+def checkout_declaring_transfer(root, mirrored=False):
+    edited_copy(root, {})
+    companion = root / "envs_fast" / "cartpole_v1_sync.py"
+    companion.write_text(companion.read_text() + DECLARATION)
+    port = root / "envs_fast" / "cartpole_v1.rs"
+    if mirrored:
+        source = port.read_text()
+        assert MIRRORED[0] in source
+        port.write_text(source.replace(*MIRRORED))
+    return root, port
+
+
+@pytest.fixture
+def verdicts(tmp_path, monkeypatch):
+    monkeypatch.setenv(cache.CACHE_ENV_VAR, str(tmp_path / "verdicts"))
+
+
+def l4(root, port, kept=None):
+    report = verify("CartPole-v1", str(port), levels=[4], settings=Settings(extra={"l4_dir": kept}), root=root)
+    (level,) = report.levels
+    return level, {check.name: check for check in level.checks}
+
+
+def test_ppo_trained_on_a_faithful_port_scores_as_ppo_trained_on_the_reference(tmp_path, verdicts):
+    root, port = checkout_declaring_transfer(tmp_path / "checkout")
+    cache.store_verdict(str(port), "CartPole-v1", [1, 2, 3], True, "L1-L3 passed (test verdict)")
+    kept = tmp_path / "l4"
+    level, checks = l4(root, port, kept)
+    assert level.passed, level.checks
+    transfer = checks["PPO trained on the backend transfers (score within the margin)"]
+    assert "60,000 env steps per run" in transfer.detail and "LEARNER 'jax'" in transfer.detail
+    assert level.largest_deviation["margin"] == 50.0 and abs(level.largest_deviation["mean score difference"]) <= 50
+    # a second check over the kept runs trains nothing again and judges the same figures
+    logs = {path: path.stat().st_mtime_ns for path in kept.glob("*/train.log")}
+    assert len(logs) == 2
+    again, again_checks = l4(root, port, kept)
+    assert again_checks[transfer.name].detail == transfer.detail
+    assert {path: path.stat().st_mtime_ns for path in kept.glob("*/train.log")} == logs
+
+
+def test_ppo_trained_on_a_mirrored_port_fails_transfer_with_its_scores(tmp_path, verdicts):
+    root, port = checkout_declaring_transfer(tmp_path / "checkout", mirrored=True)
+    cache.store_verdict(str(port), "CartPole-v1", [1, 2, 3], True, "a port that slipped through (test verdict)")
+    level, checks = l4(root, port)
+    assert not level.passed
+    assert checks["the reference's PPO learnt"].passed  # the comparison is meaningful
+    transfer = checks["PPO trained on the backend transfers (score within the margin)"]
+    assert not transfer.passed
+    assert level.largest_deviation["mean score difference"] < -200, transfer.detail
+    assert "seed 1:" in transfer.detail and "margin +-50" in transfer.detail
+
+
+def test_without_a_passing_verdict_the_port_is_not_trained_on(tmp_path, verdicts):
+    root, port = checkout_declaring_transfer(tmp_path / "checkout")
+    level, checks = l4(root, port)
+    assert not level.passed
+    assert "no passing verdict" in checks["trained on the backend (PPO)"].detail
