@@ -20,12 +20,19 @@ benchmark's private cache. A verdict's key covers all of envs_fast's source, so 
 envs_fast (and evaluate.py) as of the newest of envs_fast's last 10 commits that has one (the output
 says which, and what HEAD changed since); none: the benchmark verifies HEAD's port itself (--verify)
 or stops. Committed envs_fast, never the working tree's (someone's uncommitted edits would miss).
+
+Resumable: with --out DIR, each run's figures go to DIR/<config>-<budget>s-<repeat>/result.json as it
+ends, and a later call with the same DIR reuses every run whose identity (the checkout's envs_fast
+commit, train.py's text, config, budget, seed, episodes) matches, training only the missing ones; a
+720 s comparison is hours on 2 cores.
 """
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -107,11 +114,14 @@ def verified_checkout(work: Path, cache_dir: Path, env_id: str, verify: bool) ->
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"the Rust translation failed verification:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
-    return base, "HEAD's, verified here: " + proc.stdout.strip().splitlines()[0]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    return base, f"HEAD's ({head}), verified here: " + proc.stdout.strip().splitlines()[0]
 
 
 def base_checkout(root: Path, commit: str = "HEAD") -> Path:
     """COMMIT's evaluate.py and envs_fast/ at `root`."""
+    if root.exists():  # a resumed call: extracted afresh
+        shutil.rmtree(root)
     root.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", commit, "evaluate.py", "envs_fast"], cwd=REPO, capture_output=True)
     if archive.returncode != 0:
@@ -128,6 +138,8 @@ def checkout(root: Path, base: Path, backend: str, learner: str) -> Path:
         if old not in text:
             raise SystemExit(f"candidate/train.py has no line {old!r}")
         text = text.replace(old, f'{name} = "{value}"', 1)
+    if root.exists():
+        shutil.rmtree(root)
     shutil.copytree(base, root, ignore=shutil.ignore_patterns("__pycache__", "target"))
     (root / "candidate").mkdir()
     (root / "candidate" / "train.py").write_text(text)
@@ -141,6 +153,8 @@ def rust_translation(root: Path, env_id: str) -> Path:
 
 
 def train(root: Path, env_id: str, out: Path, budget: float, seed: int, cache_dir: Path) -> dict:
+    if out.exists():  # a run stopped midway, or under another identity
+        shutil.rmtree(out)
     out.mkdir(parents=True)
     env = dict(os.environ, AUTORL_ENV_ID=env_id, AUTORL_TIME_BUDGET=str(budget), AUTORL_SEED=str(seed),
                AUTORL_OUTPUT_DIR=str(out), AUTORL_VERIFY_CACHE=str(cache_dir),
@@ -151,6 +165,15 @@ def train(root: Path, env_id: str, out: Path, budget: float, seed: int, cache_di
     if proc.returncode != 0:
         raise SystemExit(f"train.py failed; see {out / 'train.log'}")
     return summary(proc.stdout)
+
+
+def kept_run(out: Path, identity: dict) -> dict | None:
+    """A finished run's figures from an earlier call, when it ran under the same identity."""
+    try:
+        record = json.loads((out / "result.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return record["row"] if record.get("identity") == identity else None
 
 
 def score(policy: Path, env_id: str, episodes: int, eval_seed: int) -> dict:
@@ -184,7 +207,10 @@ def main(argv=None) -> int:
         print(f"checkouts: {origin}", flush=True)
     else:
         base = base_checkout(work / "base-HEAD")
-        print("checkouts: HEAD's envs_fast and evaluate.py", flush=True)
+        origin = "HEAD's envs_fast and evaluate.py (" + subprocess.run(
+            ["git", "log", "-1", "--format=%H", "--", "envs_fast", "evaluate.py"], cwd=REPO, capture_output=True,
+            text=True).stdout.strip() + ")"
+        print(f"checkouts: {origin}", flush=True)
     roots = {}
     for config in configs:
         path, backend = config.split(":")
@@ -195,6 +221,14 @@ def main(argv=None) -> int:
         for repeat in range(args.repeats):
             for config in configs:
                 out = work / f"{config.replace(':', '-')}-{budget:g}s-{repeat}"
+                identity = {"base": re.search(r"\b[0-9a-f]{8,40}\b", origin).group(), "config": config, "budget": budget, "seed": args.seed,
+                            "episodes": args.episodes, "eval_seed": args.eval_seed,
+                            "train_py": hashlib.sha256((roots[config] / "candidate" / "train.py").read_bytes()).hexdigest()}
+                row = kept_run(out, identity)
+                if row is not None:
+                    runs[config].append(row)
+                    print(f"{config} {budget:g} s, run {repeat + 1}: kept from {out}", flush=True)
+                    continue
                 stats = train(roots[config], args.env, out, budget, args.seed, cache_dir)
                 path, backend = config.split(":")
                 expected = rust_translation(roots[config], args.env).name if backend == "rust" else backend
@@ -209,6 +243,7 @@ def main(argv=None) -> int:
                     result = score(out / "policy.pt", args.env, args.episodes, args.eval_seed)
                     row["eval_mean"], row["eval_se"] = result["mean"], result["se"]
                 runs[config].append(row)
+                (out / "result.json").write_text(json.dumps({"identity": identity, "row": row}, indent=1))
                 print(f"{config} {budget:g} s, run {repeat + 1}: {row['env_steps']:,} env steps, {row['sps']:,.0f} sps, "
                       f"compile {row['compile_seconds']:.1f} s, {row['updates']} updates, wall {row['wall_seconds']:.1f} s"
                       + (f", eval {row['eval_mean']:.1f} ± {row['eval_se']:.1f}" if args.episodes else ""), flush=True)
