@@ -398,3 +398,38 @@ def test_a_batch_steps_the_same_whatever_its_split_over_threads(port):
             obs_i, alone[i], reward_i, terminated_i = port.step(step_seeds[i:i + 1], alone[i], actions[i:i + 1])
             np.testing.assert_array_equal(np.asarray(obs_i)[0], np.asarray(obs)[i])
             assert reward_i[0] == reward[i] and terminated_i[0] == terminated[i]
+
+
+def test_concurrent_callers_step_the_same_as_one_caller(port):
+    """Two threads stepping their own 40-env batches at once (ctypes releases the GIL: one gets the
+    library's worker pool, the other fresh threads) get exactly what one caller gets, call after call
+    (the pool's workers are reused between calls)."""
+    import threading
+
+    n, steps = 40, 12
+    seeds = np.arange(1, n + 1)
+    actions = [np.random.default_rng(t).uniform(-1, 1, (n, 4)) for t in range(steps)]
+
+    def rollout(results: list, barrier=None):
+        _, state = port.reset(seeds)
+        for t in range(steps):
+            if barrier is not None:
+                barrier.wait()
+            obs, state, reward, terminated = port.step(seeds * 1000 + t, state, actions[t])
+            results.append((np.array(obs), np.array(reward), np.array(terminated)))
+        results.append(np.array(state))
+
+    expected: list = []
+    rollout(expected)
+    barrier = threading.Barrier(2)
+    outputs: list[list] = [[], []]
+    threads = [threading.Thread(target=rollout, args=(outputs[k], barrier)) for k in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for output in outputs:
+        assert len(output) == len(expected)
+        for got, want in zip(output, expected):
+            for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+                np.testing.assert_array_equal(a, b)
