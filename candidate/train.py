@@ -110,7 +110,7 @@ SEED = int(os.environ.get("AUTORL_SEED", 1))
 MAX_ENV_STEPS = int(os.environ.get("AUTORL_MAX_ENV_STEPS", 0))
 OUTPUT_DIR = Path(os.environ.get("AUTORL_OUTPUT_DIR", "out"))
 JAX_CACHE_DIR = os.environ.get("AUTORL_JAX_CACHE_DIR")  # the runner's compilation cache (empty for every run)
-HOST_SPECS = ("envpool", "gymnasium", "reference")  # vector backends: stepped from a Python loop (host, jax-host)
+HOST_SPECS = ("envpool", "gymnasium", "reference", "mujoco_batch")  # vector backends: stepped from a Python loop (host, jax-host)
 SCALARS = ("logp", "reward", "valid", "terminated", "done", "finished_return", "discounted_return")  # jax-e2e rollout
 # LEARNER = "auto" trains a Rust translation or envpool with the JAX learner (jax-host) from this budget
 # on (bench/results/bipedal-training-2026-11-26.txt, 2 cores shared with other jobs): at load 2-3 it

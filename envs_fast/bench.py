@@ -6,7 +6,8 @@ Figures (steps per second; measured in interleaved rounds so that all see the sa
   backend_sps        the backend itself: for JAX backends a jitted lax.scan rollout of random actions
                      over num_envs envs with auto-reset and time limit (no host round trips); for Rust
                      backends `autorl_step` called in a loop over num_envs envs (auto-reset through the
-                     resets array, actions drawn beforehand); envpool at num_envs
+                     resets array, actions drawn beforehand); envpool and mujoco_batch: their vector env
+                     at num_envs
   reference_sps      one gymnasium env (gym.make), stepped in Python
   reference_vec_sps  gymnasium's own vector env (gym.make_vec) at the adapter's num_envs
   adapter_sps        the backend through the gymnasium VectorEnv adapter at the num_envs a train.py
@@ -55,6 +56,9 @@ from envs_fast.throughput import (e2e_runner, host_runner, jax_runner, measure, 
 DEFAULT_NUM_ENVS = 65536  # JAX backends: large batches amortise the per-step dispatch
 DEFAULT_VECTOR_NUM_ENVS = 64  # envpool/reference: one process, threads per core
 DEFAULT_ADAPTER_NUM_ENVS = 8
+# Vector backends that are not JAX: their backend figure is their VectorEnv, and train.py steps them from a
+# Python loop (mujoco_batch: many MuJoCo simulations per call on mujoco.batch's threads)
+HOST_VECTOR_SPECS = ("envpool", "reference", "mujoco_batch")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -97,7 +101,7 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
 
         spec = choose_backend(env_id, adapter_num_envs, root)
     spec = resolve_spec(spec, env_id, root)
-    vector_backend, rust = spec in ("envpool", "reference"), is_rust_spec(spec)
+    vector_backend, rust = spec in HOST_VECTOR_SPECS, is_rust_spec(spec)
     num_envs = num_envs or (DEFAULT_VECTOR_NUM_ENVS if vector_backend else DEFAULT_NUM_ENVS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -138,7 +142,7 @@ def _train_runner(spec: str, env_id: str, adapter_num_envs: int, seed: int, root
     from envs_fast import make_vec_env
 
     root_path = Path(root) if root is not None else REPO_ROOT
-    e2e = None if spec in ("envpool", "reference") or is_rust_spec(spec) else e2e_shape(root_path)
+    e2e = None if spec in HOST_VECTOR_SPECS or is_rust_spec(spec) else e2e_shape(root_path)
     if e2e:
         return "jax-e2e", e2e_runner(spec, env_id, *e2e, seed=seed)
     return "host", host_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root, verified_only=False),
