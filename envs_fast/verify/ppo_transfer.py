@@ -42,8 +42,7 @@ from envs_fast.verify.context import Context
 
 EVAL_EPISODES = 100
 EVAL_SEED_OFFSET = 1_000_000  # the scoring episodes' seeds: far from every training run's resets
-NO_TIME_LIMIT = 7 * 24 * 3600.0  # AUTORL_TIME_BUDGET of a training run: the env steps end it
-SLOWEST_SPS = 300.0  # a training run slower than this (per env step, on top of a 10 min start) is stuck
+SLOWEST_SPS = 300.0  # a training run's time budget: 10 min + its env steps at this rate; the steps end it
 
 
 def learner_for(spec: str) -> str:
@@ -132,13 +131,14 @@ def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed
     script = folder / "candidate" / "train.py"
     script.write_text(text)
     # the copy imports evaluate and envs_fast from the checkout (PYTHONPATH), as the original would
+    time_budget = 600 + env_steps / SLOWEST_SPS
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-               AUTORL_ENV_ID=env_id, AUTORL_TIME_BUDGET=str(NO_TIME_LIMIT), AUTORL_MAX_ENV_STEPS=str(env_steps),
+               AUTORL_ENV_ID=env_id, AUTORL_TIME_BUDGET=str(time_budget), AUTORL_MAX_ENV_STEPS=str(env_steps),
                AUTORL_SEED=str(seed), AUTORL_OUTPUT_DIR=str(folder), AUTORL_JAX_CACHE_DIR=str(jax_cache))
     started = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=600 + env_steps / SLOWEST_SPS)
+                              timeout=time_budget + 600)
     except subprocess.TimeoutExpired as exc:
         return {"error": f"train.py (seed {seed}) did not finish {env_steps:,} env steps in {exc.timeout:.0f} s"}
     (folder / "train.log").write_text(proc.stdout + proc.stderr)
@@ -147,6 +147,9 @@ def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed
         return {"error": f"train.py (seed {seed}) exited {proc.returncode}: "
                          f"{(proc.stdout + proc.stderr).strip()[-1500:]}"}
     summary = dict(line.split(": ", 1) for line in tail[1].strip().splitlines() if ": " in line)
+    if int(summary.get("env_steps", 0)) > env_steps:  # a train.py edited so that it ignores the step budget
+        return {"error": f"train.py (seed {seed}) trained {summary.get('env_steps')} env steps of a budget of "
+                         f"{env_steps:,}: it does not honour AUTORL_MAX_ENV_STEPS"}
     return {"seed": seed, "backend": summary.get("backend", ""), "why": summary.get("backend_reason", ""),
             "path": summary.get("path", ""), "env_steps": int(summary.get("env_steps", 0)),
             "seconds": time.monotonic() - started}
