@@ -125,7 +125,7 @@ def backend_identity(spec: str, env_id: str, environment: dict | None = None) ->
         return "file:" + file_hash(spec) + (":" + file_hash(companion) if companion.is_file() else "") + ":" + compiler
     if is_file_spec(spec):
         return "file:" + file_hash(spec)
-    package = {"reference": "gymnasium"}.get(spec, spec)
+    package = {"reference": "gymnasium", "mujoco_batch": "mujoco"}.get(spec, spec)  # mujoco_batch.py: in every key
     versions = environment["versions"] if environment else package_versions()
     return f"{spec}:{versions.get(package, 'missing')}"
 
