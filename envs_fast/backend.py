@@ -36,6 +36,8 @@ def load_translation(path: str | Path, env_id: str | None = None) -> FunctionalB
         state_from_reference=module.state_from_reference,
         state_to_reference=module.state_to_reference,
         source_hash=file_hash(path),
+        read_only_fields=tuple(getattr(module, "READ_ONLY_FIELDS", ())),
+        unreadable_fields=tuple(getattr(module, "UNREADABLE_FIELDS", ())),
     )
 
 

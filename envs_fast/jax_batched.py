@@ -44,6 +44,8 @@ class JaxBatched:
         self.source_hash = functional.source_hash
         self.state_from_reference = functional.state_from_reference
         self.state_to_reference = functional.state_to_reference
+        self.read_only_fields = functional.read_only_fields
+        self.unreadable_fields = functional.unreadable_fields
         fb = functional
         self._reset = jax.jit(lambda seeds: jax.vmap(fb.reset)(_keys(seeds)))
         self._step = jax.jit(lambda seeds, state, actions: jax.vmap(fb.step)(_keys(seeds), state, actions))

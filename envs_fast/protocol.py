@@ -56,6 +56,11 @@ class FunctionalBackend:
     state_from_reference: Callable[[Any], Any] | None = None
     state_to_reference: Callable[[Any, Any], None] | None = None
     source_hash: str = ""
+    # State fields the reference derives itself (state_to_reference cannot write them: the sync round
+    # trip skips them) and fields it does not expose (L2 does not compare them), named as
+    # probes.field_names names the state's elements without the leading dot; as a Rust companion declares.
+    read_only_fields: tuple = ()
+    unreadable_fields: tuple = ()
 
     @property
     def syncs_state(self) -> bool:
