@@ -8,6 +8,12 @@ through the resets array, no time limit), `gymnasium` (one reference env, env.st
 actions, reset on episode end), `envpool@N` (its BipedalWalker-v3, Box2D 2.4.1, synchronous
 vector env, if installed). Prints one line per row and a JSON line with all figures and ratios.
 
+    .venv/bin/python bench/bipedal_port.py --baseline OLD/bipedalwalker_v3.rs [--baseline-flags "-O ..."]
+
+adds rows `base@N` (same batch sizes) for another copy of the port (its folder needs the sync
+companion), built with `--baseline-flags` instead of rust_build's flags: before and after in one
+interleaved run.
+
     .venv/bin/python bench/bipedal_port.py --match 2000 [--seed 0]
 
 Step-match instead of speed: along real gymnasium rollouts (random actions, then gymnasium's
@@ -48,6 +54,22 @@ def envpool_runner(num_envs: int, seed: int = 0, chunk: int = 16) -> Runner | No
 
     run_once()
     return Runner(run_once, env.close)
+
+
+def baseline_runners(source: str, flags: str | None, sizes: list[int]) -> dict[str, Runner]:
+    """Rows base@N for another copy of the port, compiled with `flags` (rust_build keys its cache by
+    the flags, so the library differs from one built with the current flags)."""
+    import shlex
+
+    from envs_fast import rust_build
+
+    current = rust_build.RUSTC_FLAGS
+    if flags:
+        rust_build.RUSTC_FLAGS = tuple(shlex.split(flags))
+    try:
+        return {f"base@{n}": rust_runner(source, ENV_ID, n, chunk=4 if n > 16 else 16) for n in sizes}
+    finally:
+        rust_build.RUSTC_FLAGS = current
 
 
 def step_match(steps: int, seed: int) -> dict:
@@ -95,6 +117,8 @@ def main() -> int:
     parser.add_argument("--match", type=int, default=0, metavar="STEPS",
                         help="measure step-match over STEPS synced steps per policy instead of speed")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--baseline", metavar="SOURCE", help="also time this copy of the port, as rows base@N")
+    parser.add_argument("--baseline-flags", metavar="FLAGS", help="rustc flags for --baseline (default: rust_build's)")
     args = parser.parse_args()
     warnings.filterwarnings("ignore")
     if args.match:
@@ -102,6 +126,8 @@ def main() -> int:
         return 0
     runners = {f"port@{n}": rust_runner(str(SOURCE), ENV_ID, int(n), chunk=4 if int(n) > 16 else 16)
                for n in args.envs.split(",")}
+    if args.baseline:
+        runners.update(baseline_runners(args.baseline, args.baseline_flags, [int(n) for n in args.envs.split(",")]))
     runners["gymnasium"] = reference_runner(ENV_ID)
     pool = envpool_runner(args.envpool_envs)
     if pool is not None:
