@@ -27,7 +27,7 @@ def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None,
                  verified_only: bool | None = None):
     """A `gymnasium.vector.VectorEnv` over the backend SPEC: a translation file path (JAX `.py` or
     Rust `.rs`), "jax"/"translation" (`envs_fast/<slug>.py`), "rust" (`envs_fast/<slug>.rs`),
-    "envpool", "gymnax" or "reference".
+    "mujoco_batch" (gymnasium's MuJoCo v5 envs on mujoco.batch), "envpool", "gymnax" or "reference".
 
     verified_only (default: in a training run): a backend `training_refusal` refuses is replaced by
     the reference, with a line on stderr saying why."""
@@ -40,6 +40,10 @@ def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None,
     if refusal:
         print(f"envs_fast.make_vec_env: {refusal}; stepping the reference instead", file=sys.stderr, flush=True)
         spec = "reference"
+    if spec == "mujoco_batch":
+        from envs_fast.mujoco_batch import make_mujoco_batch_vec_env
+
+        return make_mujoco_batch_vec_env(env_id, num_envs, seed)
     if is_rust_spec(spec):
         from envs_fast.rust_vector import make_rust_vec_env
 
@@ -69,8 +73,10 @@ def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None, e
     Candidates, in the default order:
       1. the translations `<root>/envs_fast/<slug>.py` (JAX) and `<root>/envs_fast/<slug>.rs` (Rust;
          root: this repository), each if its cached verdict for its current content passes;
-      2. "gymnax", if gymnax has the env and its cached verdict passes;
-      3. "envpool", if envpool is installed and has the env: trusted without a verdict (as the
+      2. "mujoco_batch" (envs_fast/mujoco_batch.py: the MuJoCo env's Python over the reference's own
+         engine, batched), if it covers the env and its cached verdict passes;
+      3. "gymnax", if gymnax has the env and its cached verdict passes;
+      4. "envpool", if envpool is installed and has the env: trusted without a verdict (as the
          default backend it has always been), unless a cached verdict says it fails.
     The candidate with the highest training throughput (`train_sps`) cached by `bench` at the num_envs nearest to
     `num_envs` wins; one never benchmarked counts as slower than any benchmarked one, and ties (or
@@ -96,6 +102,7 @@ STATISTICAL_MARGIN = 1.25
 def _fastest(env_id: str, num_envs: int, translations: list[Path], environment: dict | None = None) -> str:
     from envs_fast import cache
     from envs_fast.gymnax_backend import gymnax_supports
+    from envs_fast.mujoco_batch import supports as mujoco_batch_supports
 
     def verdict(spec: str) -> bool | None:
         record = cache.cached_verdict(spec, env_id, environment)
@@ -103,6 +110,8 @@ def _fastest(env_id: str, num_envs: int, translations: list[Path], environment: 
 
     candidates = []  # in the default order
     candidates += [str(path) for path in translations if path.is_file() and verdict(str(path))]
+    if mujoco_batch_supports(env_id) and verdict("mujoco_batch"):  # verified state by state, like a translation
+        candidates.append("mujoco_batch")
     if gymnax_supports(env_id) and verdict("gymnax"):
         candidates.append("gymnax")
     throughput = {spec: cache.cached_throughput(spec, env_id, num_envs, environment) or 0.0

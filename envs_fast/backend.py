@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envs_fast.gymnax_backend import load_gymnax
-from envs_fast.protocol import (PACKAGE_DIR, PROTOCOL_FUNCTIONS, TRANSLATION_ALIASES, VECTOR_SPECS,  # noqa: F401
+from envs_fast.protocol import (ENGINE_SPECS, PACKAGE_DIR, PROTOCOL_FUNCTIONS, TRANSLATION_ALIASES, VECTOR_SPECS,  # noqa: F401
                                 BackendError, BatchedBackend, FunctionalBackend, check_env_id, file_hash, import_file,
                                 is_file_spec, is_rust_spec, resolve_spec, slug, translation_path)
 
@@ -57,18 +57,23 @@ def load_functional(spec: str, env_id: str, root: str | Path | None = None,
             raise BackendError(f"not loaded for training: {refusal}")
     if spec == "gymnax":
         return load_gymnax(env_id)
-    if spec in VECTOR_SPECS:
+    if spec in VECTOR_SPECS + ENGINE_SPECS:
         raise BackendError(f"{spec!r} is a vector backend, not a functional one")
     return load_translation(spec, env_id)
 
 
 def load_batched(spec: str, env_id: str, root: str | Path | None = None) -> BatchedBackend | None:
     """The backend SPEC as the verifier drives it: None for the vector-only specs (envpool, reference),
-    a Rust translation for a `.rs` file (may raise BuildError), else a functional JAX backend."""
+    mujoco_batch's MujocoBatchBackend, a Rust translation for a `.rs` file (may raise BuildError), else a
+    functional JAX backend."""
     check_env_id(env_id)
     spec = resolve_spec(spec, env_id, root)
     if spec in VECTOR_SPECS:
         return None
+    if spec in ENGINE_SPECS:  # the env's Python over its own engine, batched (mujoco_batch)
+        from envs_fast.mujoco_batch import load_mujoco_batch
+
+        return load_mujoco_batch(env_id)
     if is_rust_spec(spec):
         try:  # lazy: only Rust specs need the toolchain
             from envs_fast.rust_backend import load_rust

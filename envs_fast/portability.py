@@ -7,7 +7,9 @@ only when `mujoco-mjx` is installed, and Box2D has none in general. A Box2D env 
 checkout ships a port of its scene (BipedalWalker-v3: envs_fast/bipedalwalker_v3.rs, Box2D 2.3's
 solver translated) is translatable: translate experiments improve that port. The daemon asks this
 before it schedules translate experiments for a code-writing agent. Decided by the env spec's entry
-point module and the shipped files alone: nothing is instantiated.
+point module and the shipped files alone: nothing is instantiated. MuJoCo envs that
+envs_fast/mujoco_batch.py covers have a verifiable backend without any translation (`engine_backend`):
+the reference's own engine stepped in batches, which setup verifies and training may use.
 """
 from __future__ import annotations
 
@@ -56,6 +58,18 @@ def shipped_port(env_id: str, root: Optional[Path] = None) -> Optional[Path]:
     return None
 
 
+def engine_backend(env_id: str) -> Optional[str]:
+    """The backend that runs `env_id` on its reference's own engine, batched, with the env's Python
+    translated around it and state synced, so verified step by step like a translation (no agent
+    writes it): "mujoco_batch" for the MuJoCo v5 envs envs_fast/mujoco_batch.py covers where
+    mujoco.batch imports (mujoco >= 4.0), else None."""
+    if engine_of(env_id) != "MuJoCo" or not _importable("mujoco.batch"):
+        return None
+    from envs_fast.mujoco_batch import supports
+
+    return "mujoco_batch" if supports(env_id) else None
+
+
 def no_port_reason(env_id: str, root: Optional[Path] = None) -> Optional[str]:
     """Why no translation of `env_id` can pass verification here (one sentence), or None when its
     physics is plain Python (or unknown: then translating is worth a try) or ported in `root`."""
@@ -73,8 +87,10 @@ def no_port_reason(env_id: str, root: Optional[Path] = None) -> Optional[str]:
                             f"envs_fast/{shipped.name} is Rust and rustc is not on PATH (install it: rustup.rs)")
                 return None
             if not _importable(port):
+                batched = engine_backend(env_id)
                 return (f"{env_id} steps the {engine} physics engine ({module}) and its port {port} is not "
-                        f"installed (pip install {port.replace('.', '-')})")
+                        f"installed (pip install {port.replace('.', '-')})"
+                        + (f"; it trains on {batched} (the reference's engine batched) once verified" if batched else ""))
     return None
 
 

@@ -20,6 +20,9 @@ from typing import Any, Callable, Protocol
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROTOCOL_FUNCTIONS = ("reset", "step", "state_from_reference", "state_to_reference")
 VECTOR_SPECS = ("envpool", "reference")
+# Backends on the reference's own engine, batched, with the env's Python translated and state synced, so
+# verified step by step like a translation though no file of the env's is theirs (envs_fast/mujoco_batch.py)
+ENGINE_SPECS = ("mujoco_batch",)
 TRANSLATION_ALIASES = ("jax", "translation")
 
 
@@ -114,7 +117,7 @@ def resolve_spec(spec: str, env_id: str, root: str | Path | None = None) -> str:
 
 
 def is_file_spec(spec: str) -> bool:
-    return spec not in VECTOR_SPECS + ("gymnax", "rust") + TRANSLATION_ALIASES
+    return spec not in VECTOR_SPECS + ENGINE_SPECS + ("gymnax", "rust") + TRANSLATION_ALIASES
 
 
 def space_leaves(space) -> list:

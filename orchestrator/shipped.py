@@ -53,8 +53,9 @@ class Shipped:
 
 def shipped_specs(env_id: str, workspace: Workspace, commit: str) -> list[str]:
     """The backends `commit` ships for `env_id`: its JAX and Rust translations (Rust where rustc
-    can build it), then gymnax."""
+    can build it), then mujoco_batch (MuJoCo envs it covers), then gymnax."""
     from envs_fast.gymnax_backend import gymnax_supports
+    from envs_fast.portability import engine_backend
     from envs_fast.rust_build import rustc_available
 
     specs = [translation_path(env_id, ".", lang).as_posix() for lang in ("jax", "rust")]
@@ -62,7 +63,8 @@ def shipped_specs(env_id: str, workspace: Workspace, commit: str) -> list[str]:
     if not rustc_available() and any(is_rust_spec(spec) for spec in specs):
         log.info("setup: rustc is not on PATH, so the Rust translation is not verified (nor trained on)")
         specs = [spec for spec in specs if not is_rust_spec(spec)]
-    return specs + (["gymnax"] if gymnax_supports(env_id) else [])
+    engine = engine_backend(env_id)  # the reference's own engine, batched (mujoco_batch): verified like a translation
+    return specs + ([engine] if engine else []) + (["gymnax"] if gymnax_supports(env_id) else [])
 
 
 def saved_choice(folder: RunFolder) -> dict:
