@@ -37,6 +37,7 @@ from pathlib import Path
 
 from envs_fast import cache
 from envs_fast.cache import backend_identity
+from envs_fast.protocol import is_file_spec
 from envs_fast.report import LevelReport
 from envs_fast.verify.context import Context
 
@@ -79,10 +80,12 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
         return
     root = repository(ctx)
     train_py = root / "candidate" / "train.py"
-    learner = learner_for(ctx.spec)
+    # a file spec as an absolute path: the training runs start in their own folders
+    spec = str(Path(ctx.spec).resolve()) if is_file_spec(ctx.spec) else ctx.spec
+    learner = learner_for(spec)
     try:
         texts = {side: train_py_for(train_py.read_text(), backend, learner)
-                 for side, backend in (("backend", ctx.spec), ("reference", "reference"))}
+                 for side, backend in (("backend", spec), ("reference", "reference"))}
     except (OSError, ValueError) as exc:
         report.add("trained on the backend (PPO)", False, f"{train_py}: {exc}")
         return
@@ -103,7 +106,7 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
                     if "error" in trained:
                         report.add(f"PPO trains on the {side}", False, trained["error"])
                         return
-                    expected = ctx.spec if side == "backend" else "reference"
+                    expected = spec if side == "backend" else "reference"
                     if trained["backend"] != expected:
                         report.add(f"PPO trains on the {side}", False,
                                    f"train.py trained on {trained['backend']!r}, not {expected!r}: {trained['why']}")
