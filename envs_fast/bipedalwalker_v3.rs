@@ -925,6 +925,7 @@ impl ContactSolver {
         }
     }
 
+    #[inline(always)] // called from step_group and velocity_iteration: inlined in both (3% fewer instructions)
     fn solve_velocity_constraints(&mut self, sd: &mut SolverData) {
         for vc in self.vcs.iter_mut() {
             let (ia_, ib_) = (STATIC, vc.b);
@@ -2488,6 +2489,7 @@ impl World {
         vel_w[ib_] = wb;
     }
 
+    #[inline(always)] // called from step_group and velocity_iteration: inlined in both (3% fewer instructions)
     fn joint_solve_velocity(&mut self, j: usize, dt: f32, vel_v: &mut [V2], vel_w: &mut [f32]) {
         let (ia_, ib_) = JOINT_BODIES[j];
         let jt = &mut self.joints[j];
@@ -2996,33 +2998,35 @@ impl<'a> Batch<'a> {
         if threads <= 1 {
             return self.run_serial();
         }
-        let per_thread = (n + threads - 1) / threads;
+        let work = Work::new(self, GROUP);
         // The pool's workers, unless another caller is using them (then fresh scoped threads).
         let mut pool = match POOL.try_lock() {
             Ok(guard) => guard,
-            Err(_) => return self.run_scoped(per_thread),
+            Err(_) => {
+                return std::thread::scope(|scope| {
+                    for _ in 1..threads {
+                        scope.spawn(|| work.drain());
+                    }
+                    work.drain();
+                });
+            }
         };
         let pid = std::process::id();
         if pool.as_ref().map_or(true, |p| p.pid != pid || p.jobs.len() + 1 < threads) {
             *pool = Some(Pool::new(pid, threads - 1)); // (a forked child has the parent's pool but not its threads)
         }
         let pool = pool.as_ref().unwrap();
-        let mut rest = self;
-        let mut sent = 0;
-        while rest.seeds.len() > per_thread {
-            let (chunk, tail) = rest.split_at(per_thread);
-            // SAFETY: the borrow outlives the job: this call waits below for every job it sent,
-            // even if its own chunk panics, before it returns or unwinds.
-            let chunk: Batch<'static> = unsafe { std::mem::transmute::<Batch<'_>, Batch<'static>>(chunk) };
-            if pool.jobs[sent].send(chunk).is_err() {
-                std::process::abort(); // a worker is gone: nothing else can finish its chunk
+        // SAFETY: `work` outlives the jobs: this call waits below for every worker it sent it to,
+        // even if its own share panics, before it returns or unwinds.
+        let shared: &'static Work<'static> = unsafe { std::mem::transmute::<&Work<'_>, &'static Work<'static>>(&work) };
+        for job in &pool.jobs[..threads - 1] {
+            if job.send(shared).is_err() {
+                std::process::abort(); // a worker is gone: `work` must not be freed under it
             }
-            sent += 1;
-            rest = tail;
         }
-        let own = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rest.run_serial()));
+        let own = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.drain()));
         let mut ok = own.is_ok();
-        for _ in 0..sent {
+        for _ in 1..threads {
             ok &= pool.done.recv().unwrap_or_else(|_| std::process::abort());
         }
         if let Err(panic) = own {
@@ -3030,17 +3034,40 @@ impl<'a> Batch<'a> {
         }
         assert!(ok, "a worker thread panicked");
     }
+}
 
-    fn run_scoped(self, per_thread: usize) {
-        std::thread::scope(|scope| {
-            let mut rest = self;
-            while rest.seeds.len() > per_thread {
-                let (chunk, tail) = rest.split_at(per_thread);
-                scope.spawn(move || chunk.run_serial());
-                rest = tail;
+/// A call's envs in chunks of GROUP that the calling thread and the workers take in turn: on
+/// shared cores, the threads that are running take more chunks instead of the call waiting for a
+/// descheduled thread's fixed share (which env a thread steps does not change its result).
+struct Work<'a> {
+    chunks: Vec<std::sync::Mutex<Option<Batch<'a>>>>,
+    next: std::sync::atomic::AtomicUsize,
+}
+
+impl<'a> Work<'a> {
+    fn new(batch: Batch<'a>, size: usize) -> Work<'a> {
+        let mut chunks = Vec::with_capacity(batch.seeds.len() / size + 1);
+        let mut rest = batch;
+        while rest.seeds.len() > size {
+            let (chunk, tail) = rest.split_at(size);
+            chunks.push(std::sync::Mutex::new(Some(chunk)));
+            rest = tail;
+        }
+        chunks.push(std::sync::Mutex::new(Some(rest)));
+        Work { chunks, next: std::sync::atomic::AtomicUsize::new(0) }
+    }
+
+    fn drain(&self) {
+        loop {
+            let i = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if i >= self.chunks.len() {
+                return;
             }
-            rest.run_serial(); // the last chunk on the calling thread
-        });
+            let chunk = self.chunks[i].lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+            if let Some(chunk) = chunk {
+                chunk.run_serial();
+            }
+        }
     }
 }
 
@@ -3049,7 +3076,7 @@ impl<'a> Batch<'a> {
 /// cores are shared).
 struct Pool {
     pid: u32,
-    jobs: Vec<std::sync::mpsc::Sender<Batch<'static>>>,
+    jobs: Vec<std::sync::mpsc::Sender<&'static Work<'static>>>,
     done: std::sync::mpsc::Receiver<bool>,
 }
 
@@ -3059,11 +3086,11 @@ impl Pool {
     fn new(pid: u32, workers: usize) -> Pool {
         let (done_tx, done) = std::sync::mpsc::channel();
         let jobs = (0..workers).map(|_| {
-            let (tx, rx) = std::sync::mpsc::channel::<Batch<'static>>();
+            let (tx, rx) = std::sync::mpsc::channel::<&'static Work<'static>>();
             let done_tx = done_tx.clone();
             std::thread::spawn(move || {
-                while let Ok(chunk) = rx.recv() {
-                    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| chunk.run_serial())).is_ok();
+                while let Ok(work) = rx.recv() {
+                    let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.drain())).is_ok();
                     if done_tx.send(ok).is_err() {
                         return;
                     }
