@@ -14,6 +14,11 @@ the envs, not an action sampler), NEXT_STEP autoreset and the registered time li
 What exact cfrc_ext costs: mj_step does not compute it, so each stepped Ant/Humanoid simulation is
 copied out of the batch (Batch.get_data) and mj_rnePostConstraint runs on the copy; prints that part's
 microseconds per env step beside the whole step's.
+
+    .venv/bin/python bench/mujoco_batch.py --match 1100 --num-envs 4
+
+Whole trajectories against gymnasium's SyncVectorEnv (same seed, same random actions, autoresets and the
+time limit included): how many vector steps are bit for bit equal.
 """
 import argparse
 import json
@@ -101,6 +106,32 @@ def post_constraint_cost(env_ids: list[str], num_envs: int, steps: int, seed: in
     return figures
 
 
+def trajectory_match(env_ids: list[str], num_envs: int, steps: int, seed: int) -> dict:
+    """Whole trajectories, not only up to the verifier's predictable horizon: the VectorEnv and gymnasium's
+    SyncVectorEnv from reset(seed) under the same random actions for `steps` steps, autoresets and time
+    limits included; counts the steps whose observations, rewards and flags are all bit for bit equal."""
+    from envs_fast.mujoco_batch import make_mujoco_batch_vec_env
+
+    figures = {}
+    for env_id in env_ids:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            mine = make_mujoco_batch_vec_env(env_id, num_envs, seed)
+            theirs = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
+            same = int(np.array_equal(mine.reset(seed=seed)[0], theirs.reset(seed=seed)[0]))
+            theirs.action_space.seed(seed)
+            episodes = 0
+            for _ in range(steps):
+                action = theirs.action_space.sample()
+                a, b = mine.step(action), theirs.step(action)
+                same += all(np.array_equal(x, y) for x, y in zip(a[:4], b[:4]))
+                episodes += int(np.sum(b[2] | b[3]))
+        figures[env_id] = {"steps": steps + 1, "bit_for_bit": same, "episodes_ended": episodes}
+        print(f"{env_id:15s} {num_envs} envs: {same} of {steps + 1} vector steps (reset included) bit for bit, "
+              f"{episodes} episodes ended", flush=True)
+    return figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", default=None, help="comma-separated env ids")
@@ -109,8 +140,12 @@ def main() -> int:
     parser.add_argument("--post-constraint", action="store_true", help="time the cfrc_ext part of a step instead")
     parser.add_argument("--steps", type=int, default=200, help="--post-constraint: steps timed")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--match", type=int, metavar="STEPS", help="compare whole trajectories with gymnasium instead")
     args = parser.parse_args()
-    if args.post_constraint:
+    if args.match:
+        envs = (args.envs or "HalfCheetah-v5,Hopper-v5,Walker2d-v5,Ant-v5,Humanoid-v5").split(",")
+        result = {"trajectory_match": trajectory_match(envs, args.num_envs, args.match, args.seed)}
+    elif args.post_constraint:
         envs = (args.envs or "Ant-v5,Humanoid-v5").split(",")
         result = {"post_constraint": post_constraint_cost(envs, args.num_envs, args.steps, args.seed)}
     else:

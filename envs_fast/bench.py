@@ -119,6 +119,9 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
                    sps.get("backend"), sps.get("reference_vec"), sps.get("adapter"))
 
 
+SINGLE_REFERENCE = "one gymnasium env"
+
+
 def bench_side_by_side(env_id: str, specs: list[str], seconds: float = 3.0, seed: int = 0, root=None) -> list[dict]:
     """The `--figures train` result of each backend, all measured in one process in interleaved
     rounds with one reference: what ranking backends needs (the daemon's setup), with their
@@ -128,11 +131,12 @@ def bench_side_by_side(env_id: str, specs: list[str], seconds: float = 3.0, seed
     specs = [resolve_spec(spec, env_id, root) for spec in specs]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        runners, paths = {"reference": reference_runner(env_id, seed)}, {}
+        # keyed apart from the specs: `--backend reference` (gymnasium's vector env) must not replace it
+        runners, paths = {SINGLE_REFERENCE: reference_runner(env_id, seed)}, {}
         for spec in specs:
             paths[spec], runners[spec] = _train_runner(spec, env_id, adapter_num_envs, seed, root)
         sps = measure(runners, seconds)
-    return [_result(env_id, spec, paths[spec], sps[spec], sps["reference"], seconds, adapter_num_envs, root)
+    return [_result(env_id, spec, paths[spec], sps[spec], sps[SINGLE_REFERENCE], seconds, adapter_num_envs, root)
             for spec in specs]
 
 
