@@ -293,7 +293,6 @@ class BatchSim:
         self.mujoco, self.rules, self.n = mujoco, rules, n
         self.model = rules.model
         self.batch = mujoco.batch.Batch(self.model, n, nthread, persistent=rules.needs_cfrc_ext)
-        self.components = state_components()
         self.qpos, self.qvel, self.ctrl = (self.batch.bind(name) for name in ("qpos", "qvel", "ctrl"))
         for name in rules.outputs:
             setattr(self, name, self.batch.bind(name))
