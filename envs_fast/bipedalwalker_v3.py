@@ -26,6 +26,16 @@ Where this deviates from the Rust port (none of it is an approximation of the ph
   the first 48); find_new_contacts looks at a window of NEW_CONTACT_WINDOW edges from a body's fat AABB's
   left end (11 m: a fat AABB is ~2.5 m wide).
 - The reset's terrain comes from jax.random (another stream than gymnasium's numpy one, same law).
+
+VERIFICATION TOLERANCE: the verifier's own, no declaration of this file's. One step from a synced state
+deviates from the reference by float32 roundings (measured over random-action and declared-policy
+states: observations up to ~3e-6, body positions and velocities ~5e-6, joint impulses ~1e-6; figures in
+bench/results/bipedal-jax-2026-11-26.txt), well inside L2's 1e-5 + 1e-4 |reference| + 125 x the
+reference's own movement under 8 float32 roundings of the state; the deviations come from XLA's sin/cos
+and operation fusion (a 1-ulp difference in a rotation, carried through 180 solver iterations), which
+is exactly what that sensitivity term measures. L3 compares synced trajectories up to each one's
+predictable horizon (CHAOTIC, from the sync companion), as for the Rust port. A wrong constant is not
+inside it: a motor torque of 78 instead of 80 fails L2 naming the fields (see the figures file).
 """
 from __future__ import annotations
 
