@@ -51,11 +51,14 @@ class Shipped:
         return self.folder.path.name
 
 
-def shipped_specs(env_id: str, workspace: Workspace, commit: str) -> list[str]:
+def shipped_specs(env_id: str, workspace: Workspace, commit: str, environment: Optional[dict] = None) -> list[str]:
     """The backends `commit` ships for `env_id`: its JAX and Rust translations (Rust where rustc
-    can build it), then mujoco_batch (MuJoCo envs it covers), then gymnax."""
+    can build it; a physics scene's JAX port only where training has a GPU, when a Rust port of it
+    ships), then mujoco_batch (MuJoCo envs it covers), then gymnax. `environment`: where training
+    runs (runner.record_environment(); None: this machine)."""
+    from envs_fast.cache import machine
     from envs_fast.gymnax_backend import gymnax_supports
-    from envs_fast.portability import engine_backend
+    from envs_fast.portability import engine_backend, engine_of
     from envs_fast.rust_build import rustc_available
 
     specs = [translation_path(env_id, ".", lang).as_posix() for lang in ("jax", "rust")]
@@ -63,6 +66,13 @@ def shipped_specs(env_id: str, workspace: Workspace, commit: str) -> list[str]:
     if not rustc_available() and any(is_rust_spec(spec) for spec in specs):
         log.info("setup: rustc is not on PATH, so the Rust translation is not verified (nor trained on)")
         specs = [spec for spec in specs if not is_rust_spec(spec)]
+    gpus = ((environment or {}).get("machine") or machine()).get("gpus", "")
+    if engine_of(env_id) and len(specs) == 2 and not gpus:
+        # BipedalWalker on 2 cores: the JAX port steps ~50x slower than the Rust one and verifying it
+        # takes over an hour; it is written for GPUs, where setup verifies and benchmarks both
+        log.info("setup: %s's JAX port %s is verified only where training has a GPU; on this CPU the Rust port "
+                 "%s trains", env_id, specs[0], specs[1])
+        specs = specs[1:]
     engine = engine_backend(env_id)  # the reference's own engine, batched (mujoco_batch): verified like a translation
     return specs + ([engine] if engine else []) + (["gymnax"] if gymnax_supports(env_id) else [])
 
@@ -85,7 +95,7 @@ def verify_at_setup(config: RunConfig, folder: RunFolder, workspace: Workspace, 
     verify_cache = folder.verify_cache
     user = UserCache(user_cache_dir(), verify_cache)
     commit = config.base_commit
-    specs = shipped_specs(config.env_id, workspace, commit)
+    specs = shipped_specs(config.env_id, workspace, commit, runner.record_environment())
     journal.set_waiting(f"setting up: verifying the backends {commit[:7]} ships ({', '.join(specs) or 'none'})")
     try:
         with tempfile.TemporaryDirectory(prefix="autorl-setup-") as scratch:

@@ -128,3 +128,23 @@ def test_the_user_cache_is_where_the_user_says(tmp_path):
     assert user_cache_dir({USER_CACHE_ENV: str(tmp_path / "mine")}) == tmp_path / "mine"
     assert user_cache_dir({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "autorl" / "verify"
     assert user_cache_dir({}) == home / ".cache" / "autorl" / "verify"
+
+
+@pytest.mark.skipif(not shutil.which("rustc"), reason="rustc not found on PATH")
+def test_a_physics_scenes_jax_port_is_verified_at_setup_only_where_training_has_a_gpu(autorl_repo):
+    """BipedalWalker ships a Rust and a JAX port: on a CPU the JAX one (~50x slower there, over an hour to
+    verify) is left out; where training has a GPU (a Modal container's environment) setup verifies both.
+    A scene without a physics engine keeps both translations on any machine."""
+    from orchestrator.shipped import shipped_specs
+    from orchestrator.workspace import Workspace
+
+    repo = autorl_repo()
+    workspace = Workspace(repo, "specs")
+    commit = workspace.start_commit()
+    cpu = {"machine": {"cpu": "x", "cpus": 2, "arch": "x86_64", "gpus": ""}}
+    h100 = {"machine": {"cpu": "x", "cpus": 8, "arch": "x86_64", "gpus": "NVIDIA H100 80GB HBM3"}}
+    assert shipped_specs("BipedalWalker-v3", workspace, commit, cpu) == ["envs_fast/bipedalwalker_v3.rs"]
+    assert shipped_specs("BipedalWalker-v3", workspace, commit, h100) == [
+        "envs_fast/bipedalwalker_v3.py", "envs_fast/bipedalwalker_v3.rs"]
+    assert shipped_specs("CartPole-v1", workspace, commit, cpu)[:2] == [
+        "envs_fast/cartpole_v1.py", "envs_fast/cartpole_v1.rs"]
