@@ -11,7 +11,7 @@ import numpy as np
 
 from envs_fast.report import LevelReport
 from envs_fast.stats import tost
-from envs_fast.verify import ppo_transfer
+from envs_fast.verify.ppo_transfer import run as ppo_transfer
 from envs_fast.verify.context import Context
 from envs_fast.verify.formatting import describe
 from envs_fast.verify.shared import episode_returns, failing_on_crash, flatten_batch, statistical_horizon, tost_tolerance
@@ -21,7 +21,7 @@ def run(ctx: Context) -> LevelReport:
     report = LevelReport(4)
     with failing_on_crash(report):
         if ctx.declarations.transfer_ppo:
-            ppo_transfer.run(ctx, report, ctx.declarations.transfer_ppo)
+            ppo_transfer(ctx, report, ctx.declarations.transfer_ppo)
         else:
             _check(ctx, report)
     return report
