@@ -3,6 +3,7 @@ its cache, the ABI checks, the two worked examples against gymnasium step by ste
 VectorEnv adapter's semantics."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -357,8 +358,10 @@ def test_wrong_physics_without_state_sync_is_refused_and_with_it_fails_l2_at_an_
 
     shutil.copy(EXAMPLES["CartPole-v1"].with_name("cartpole_v1_sync.py"), tmp_path)
     assert verify_main(argv + ["--levels", "2"]) == 1
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert "L2 interactions: FAIL" in out
+    # a level's start and end reach stderr as they happen (a physics port's levels take an hour)
+    assert re.search(r"^verify: L2 interactions: started\nverify: L2 interactions: fail in \d+ s$", err, re.M), err
     first = out.split("first failure", 1)[1]
     assert "    state: .x=" in first and "    action: " in first, first
     assert "theta_dot" in first.split("differing fields", 1)[1], first

@@ -32,10 +32,11 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Callable
 
 from envs_fast import cache
 from envs_fast.protocol import BackendError, BuildError, resolve_spec
-from envs_fast.report import LevelReport, Report
+from envs_fast.report import LEVEL_TITLES, LevelReport, Report
 from envs_fast.verify import interactions, properties, rollouts, transfer
 from envs_fast.verify.context import Context, Settings, SyncStatus
 
@@ -45,14 +46,16 @@ LEVELS = {1: properties.run, 2: interactions.run, 3: rollouts.run, 4: transfer.r
 
 
 def verify(env_id: str, spec: str, levels=(1, 2, 3), settings: Settings | None = None, root=None,
-           use_cache: bool = True) -> Report:
+           use_cache: bool = True, progress: Callable[[str], None] | None = None) -> Report:
     """Verify backend SPEC for `env_id` at the given levels and return the report.
 
     Raises BackendError for bad input (unknown env id, file that does not import, protocol function
     missing). A translation that does not build (BuildError) is a failed report: L1 check "builds"
     with the compiler's message. A passing verdict over at least L1-L3 is cached for
-    `envs_fast.choose_backend`.
+    `envs_fast.choose_backend`. `progress` is told when each level starts and ends (a physics port's
+    L1-L3 take an hour on CPU; the CLI prints these lines to stderr).
     """
+    progress = progress or (lambda line: None)
     settings = settings or Settings()
     levels = sorted(set(int(level) for level in levels))
     unknown = [level for level in levels if level not in LEVELS]
@@ -76,7 +79,10 @@ def verify(env_id: str, spec: str, levels=(1, 2, 3), settings: Settings | None =
                         # L4 may train on the backend, which training accepts only with a passing verdict
                         cache.store_verdict(report.backend, env_id, [1, 2, 3], True,
                                             report.to_text().splitlines()[0])
+                    level_started = time.perf_counter()
+                    progress(f"{LEVEL_TITLES[level]}: started")
                     report.levels.append(LEVELS[level](ctx))
+                    progress(f"{LEVEL_TITLES[level]}: {report.levels[-1].status} in {time.perf_counter() - level_started:.0f} s")
         finally:
             ctx.close()
     report.seconds = time.perf_counter() - started
@@ -118,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(seed=args.seed, episodes=args.episodes, horizon=args.horizon,
                         extra={"l4_env_steps": args.l4_env_steps, "l4_seeds": args.l4_seeds, "l4_dir": args.l4_dir})
     try:
-        report = verify(args.env, args.backend, levels, settings)
+        report = verify(args.env, args.backend, levels, settings,
+                        progress=lambda line: print(f"verify: {line}", file=sys.stderr, flush=True))
     except BackendError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
