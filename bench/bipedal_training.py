@@ -71,13 +71,14 @@ print(json.dumps(record))
 """
 
 
-def lookup_verdict(base: Path, cache_dir: Path, env_id: str) -> dict | None:
-    """The user cache's verdict for the Rust translation of the checkout `base`, as its envs_fast keys it;
-    a passing one is copied into cache_dir and the library built there."""
+def lookup_verdict(base: Path, cache_dir: Path, env_id: str, source: Path | None = None) -> dict | None:
+    """The verdict in `source` (default: the user cache) for the Rust translation of the checkout `base`,
+    as its envs_fast keys it; a passing one is copied into cache_dir and the library built there."""
     from orchestrator.usercache import user_cache_dir
 
     port = str(rust_translation(base, env_id))
-    proc = subprocess.run([sys.executable, "-c", PREPARE_CACHE, port, env_id, str(user_cache_dir()), str(cache_dir)],
+    source = source or user_cache_dir()
+    proc = subprocess.run([sys.executable, "-c", PREPARE_CACHE, port, env_id, str(source), str(cache_dir)],
                           cwd=base, env=dict(os.environ, PYTHONPATH=str(base)), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"reading the verdict failed:\n{proc.stderr[-3000:]}")
@@ -108,13 +109,16 @@ def verified_checkout(work: Path, cache_dir: Path, env_id: str, verify: bool) ->
                          f"envs_fast's last 10 commits; run setup (`python -m orchestrator run --env {env_id} "
                          f"--max-experiments 0`) or pass --verify")
     base = base_checkout(work / "base-HEAD")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    record = lookup_verdict(base, cache_dir, env_id, source=cache_dir) if cache_dir.is_dir() else None
+    if record and record.get("passed"):  # a resumed call (--out): HEAD verified by an earlier one
+        return base, f"HEAD's ({head}), verified by an earlier call here: {record['summary']}"
     port = str(rust_translation(base, env_id))
     proc = subprocess.run([sys.executable, "-m", "envs_fast.verify", "--env", env_id, "--backend", port], cwd=base,
                           env=dict(os.environ, PYTHONPATH=str(base), AUTORL_VERIFY_CACHE=str(cache_dir)),
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"the Rust translation failed verification:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
-    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     return base, f"HEAD's ({head}), verified here: " + proc.stdout.strip().splitlines()[0]
 
 
@@ -189,11 +193,12 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="BipedalWalker-v3")
     parser.add_argument("--budgets", default="90", help="seconds per training run, comma separated")
-    parser.add_argument("--repeats", type=int, default=1, help="interleaved rounds over the configs")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="interleaved rounds over the configs; round r trains with seed --seed + r")
     parser.add_argument("--configs", default=",".join(CONFIGS), help="path:backend, comma separated")
     parser.add_argument("--episodes", type=int, default=10, help="evaluate.py episodes per artifact (0: none)")
     parser.add_argument("--eval-seed", type=int, default=12345)
-    parser.add_argument("--seed", type=int, default=1, help="AUTORL_SEED for training")
+    parser.add_argument("--seed", type=int, default=1, help="AUTORL_SEED of the first round's training")
     parser.add_argument("--verify", action="store_true", help="verify the port here when no verdict is cached")
     parser.add_argument("--out", help="keep artifacts and logs here (default: a temp dir)")
     parser.add_argument("--json", help="also write all figures here")
@@ -221,7 +226,7 @@ def main(argv=None) -> int:
         for repeat in range(args.repeats):
             for config in configs:
                 out = work / f"{config.replace(':', '-')}-{budget:g}s-{repeat}"
-                identity = {"base": re.search(r"\b[0-9a-f]{8,40}\b", origin).group(), "config": config, "budget": budget, "seed": args.seed,
+                identity = {"base": re.search(r"\b[0-9a-f]{8,40}\b", origin).group(), "config": config, "budget": budget, "seed": args.seed + repeat,
                             "episodes": args.episodes, "eval_seed": args.eval_seed,
                             "train_py": hashlib.sha256((roots[config] / "candidate" / "train.py").read_bytes()).hexdigest()}
                 row = kept_run(out, identity)
@@ -229,7 +234,7 @@ def main(argv=None) -> int:
                     runs[config].append(row)
                     print(f"{config} {budget:g} s, run {repeat + 1}: kept from {out}", flush=True)
                     continue
-                stats = train(roots[config], args.env, out, budget, args.seed, cache_dir)
+                stats = train(roots[config], args.env, out, budget, args.seed + repeat, cache_dir)
                 path, backend = config.split(":")
                 expected = rust_translation(roots[config], args.env).name if backend == "rust" else backend
                 if stats.get("path") != path or not stats.get("backend", "").endswith(expected):
@@ -267,7 +272,7 @@ def main(argv=None) -> int:
                 line += " " + ", ".join(f"{r['eval_mean']:.1f}" for r in runs[config]) + " |"
             print(line)
     load = os.getloadavg()
-    print(f"\n{args.repeats} interleaved round(s) per budget, seed {args.seed}, {os.cpu_count()} cores, load average "
+    print(f"\n{args.repeats} interleaved round(s) per budget, seeds {args.seed}..{args.seed + args.repeats - 1}, {os.cpu_count()} cores, load average "
           f"at the end {load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f}; logs in {work}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))

@@ -47,8 +47,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from envs_fast import bipedalwalker_v3_sync as sync
-from envs_fast.bipedalwalker_v3_sync import CHAOTIC, EPISODE_OUTCOMES, STATE_CATEGORIES, VERIFY_POLICIES  # noqa: F401
+from envs_fast.protocol import import_file, sync_companion
+
+# The companion beside this file, not the package's: the one a verdict hashes and a snapshot carries.
+sync = import_file(sync_companion(__file__), "_envs_fast_bipedalwalker_sync")
+CHAOTIC, EPISODE_OUTCOMES = sync.CHAOTIC, sync.EPISODE_OUTCOMES
+STATE_CATEGORIES, VERIFY_POLICIES = sync.STATE_CATEGORIES, sync.VERIFY_POLICIES
 
 ENV_ID = "BipedalWalker-v3"
 

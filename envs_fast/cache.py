@@ -119,12 +119,12 @@ def environment() -> dict:
 
 def backend_identity(spec: str, env_id: str, environment: dict | None = None) -> str:
     """Content hash for a file spec; the package version for envpool/gymnax/reference."""
-    if is_rust_spec(spec):  # the translation, its state-sync companion and the compiler decide together
+    if is_file_spec(spec):  # the translation and its state-sync companion (a JAX port may import it) decide together
         companion = sync_companion(spec)
-        compiler = environment["rustc"] if environment else rustc()
-        return "file:" + file_hash(spec) + (":" + file_hash(companion) if companion.is_file() else "") + ":" + compiler
-    if is_file_spec(spec):
-        return "file:" + file_hash(spec)
+        identity = "file:" + file_hash(spec) + (":" + file_hash(companion) if companion.is_file() else "")
+        if is_rust_spec(spec):  # and the compiler
+            identity += ":" + (environment["rustc"] if environment else rustc())
+        return identity
     package = {"reference": "gymnasium", "mujoco_batch": "mujoco"}.get(spec, spec)  # mujoco_batch.py: in every key
     versions = environment["versions"] if environment else package_versions()
     return f"{spec}:{versions.get(package, 'missing')}"

@@ -155,6 +155,14 @@ def sync_companion(rust_path: str | Path) -> Path:
     return path.with_name(path.stem + "_sync.py")
 
 
+def translation_files(spec: str) -> list[str]:
+    """The files a translation spec runs: the translation and its `<slug>_sync.py` companion, which a
+    Rust translation requires and a JAX one may import (the BipedalWalker JAX port shares its Rust
+    twin's state layout). They travel together (setup's snapshot, a Modal container) and decide a
+    verdict together; a JAX translation without a companion is the file alone."""
+    return [str(spec), sync_companion(spec).as_posix()]
+
+
 # A `protocol_problems` entry starting with this is reported as L1's "step signature" check (the
 # prefix stripped); every other entry goes to "shapes and dtypes".
 SIGNATURE_PROBLEM = "step signature: "

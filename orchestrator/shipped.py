@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from envs_fast.protocol import is_file_spec, is_rust_spec, sync_companion, translation_path
+from envs_fast.protocol import is_file_spec, is_rust_spec, translation_files, translation_path
 
 from .artifacts import TRAIN_SCRIPT
 from .config import RunConfig
@@ -99,7 +99,7 @@ def verify_at_setup(config: RunConfig, folder: RunFolder, workspace: Workspace, 
     journal.set_waiting(f"setting up: verifying the backends {commit[:7]} ships ({', '.join(specs) or 'none'})")
     try:
         with tempfile.TemporaryDirectory(prefix="autorl-setup-") as scratch:
-            paths = [p for spec in specs if is_file_spec(spec) for p in _files(spec)] + [TRAIN_SCRIPT]
+            paths = [p for spec in specs if is_file_spec(spec) for p in translation_files(spec)] + [TRAIN_SCRIPT]
             copy = workspace.extract(commit, Path(scratch) / "commit", paths)
             backends = [Shipped(spec, str(copy / spec) if is_file_spec(spec) else spec,
                                 ExpFolder(folder.path / SETUP / Path(spec).name)) for spec in specs]
@@ -131,10 +131,6 @@ def skipped(folder: RunFolder, why: str) -> dict:
 
 
 # ---------------------------------------------------------------- verify
-def _files(spec: str) -> list[str]:
-    return [spec, sync_companion(spec).as_posix()] if is_rust_spec(spec) else [spec]
-
-
 def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user: UserCache, commit: str) -> bool:
     """Each backend's verdict, from the run's cache, the user cache, or the verifier (several at
     once). False when a verification was interrupted."""

@@ -68,6 +68,22 @@ def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(run_cache
         assert cache.cached_verdict(str(translation), ENV) is not None
 
 
+def test_a_translations_verdict_depends_on_its_sync_companion(run_cache, tmp_path):
+    """The BipedalWalker JAX port imports its Rust twin's `_sync.py` (state layout, terrain): editing
+    that companion asks for a fresh verdict of either translation."""
+    for name in ("bipedalwalker_v3.py", "bipedalwalker_v3.rs"):
+        folder = tmp_path / name.replace(".", "-")
+        folder.mkdir()
+        translation = folder / name
+        shutil.copyfile(cache.PACKAGE_DIR / name, translation)
+        shutil.copyfile(cache.PACKAGE_DIR / "bipedalwalker_v3_sync.py", folder / "bipedalwalker_v3_sync.py")
+        cache.store_verdict(str(translation), "BipedalWalker-v3", [1, 2, 3], True, "passed")
+        assert cache.cached_verdict(str(translation), "BipedalWalker-v3") is not None
+        with (folder / "bipedalwalker_v3_sync.py").open("a") as companion:
+            companion.write("\n# changed\n")
+        assert cache.cached_verdict(str(translation), "BipedalWalker-v3") is None, name
+
+
 def test_a_rust_verdict_depends_on_the_compiler(run_cache, monkeypatch):
     from envs_fast import rust_toolchain
 

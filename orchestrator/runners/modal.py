@@ -31,7 +31,7 @@ import shutil
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from envs_fast.protocol import is_file_spec, is_rust_spec, sync_companion
+from envs_fast.protocol import is_file_spec, translation_files
 
 from ..daemon import log
 from ..inflight import InFlight
@@ -232,8 +232,7 @@ class ModalRunner:
 
         environment, found = reply.get("environment") or self._environment, reply.get("records") or {}
         self._remember(environment)
-        files = [f for spec in specs if is_file_spec(spec)
-                 for f in ([spec, sync_companion(spec).as_posix()] if is_rust_spec(spec) else [spec])]
+        files = [f for spec in specs if is_file_spec(spec) for f in translation_files(spec)]
         snapshot = self.local._scratch("modal-merge")
         try:
             copy = self.workspace.extract(commit, snapshot / "commit", files) if files else snapshot
