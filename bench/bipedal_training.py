@@ -87,7 +87,8 @@ def lookup_verdict(base: Path, cache_dir: Path, env_id: str, source: Path | None
 
 def verified_checkout(work: Path, cache_dir: Path, env_id: str, verify: bool) -> tuple[Path, str]:
     """A base checkout whose Rust translation passes, and how it was found: envs_fast as of the newest of
-    its last 10 commits for which the user cache holds a passing verdict (run setup stores them; a
+    its last 10 commits for which the user cache, or `cache_dir` (what an earlier --verify call with the
+    same --out stored), holds a passing verdict (run setup stores them; a
     verdict's key covers all of envs_fast's source, so one reached before a later commit touched
     envs_fast applies to the earlier content only, which the checkout then holds); else, with
     verify, HEAD's verified here."""
@@ -95,14 +96,16 @@ def verified_checkout(work: Path, cache_dir: Path, env_id: str, verify: bool) ->
 
     log = subprocess.run(["git", "log", "--format=%H", "-n", "10", "--", "envs_fast"], cwd=REPO, capture_output=True,
                          text=True, check=True).stdout.split()
+    sources = [user_cache_dir()] + ([cache_dir] if cache_dir.is_dir() else [])  # the latter: an earlier --verify
     for commit in log:
         base = base_checkout(work / f"base-{commit[:8]}", commit)
-        record = lookup_verdict(base, cache_dir, env_id)
-        if record and record.get("passed"):
-            differs = subprocess.run(["git", "diff", "--stat", commit, "HEAD", "--", "envs_fast", "evaluate.py"],
-                                     cwd=REPO, capture_output=True, text=True).stdout.strip()
-            return base, (f"envs_fast and evaluate.py as of {commit[:8]}, verdict from {user_cache_dir()}: "
-                          f"{record['summary']}" + (f"\nHEAD differs there in:\n{differs}" if differs else ""))
+        for source in sources:
+            record = lookup_verdict(base, cache_dir, env_id, source)
+            if record and record.get("passed"):
+                differs = subprocess.run(["git", "diff", "--stat", commit, "HEAD", "--", "envs_fast", "evaluate.py"],
+                                         cwd=REPO, capture_output=True, text=True).stdout.strip()
+                return base, (f"envs_fast and evaluate.py as of {commit[:8]}, verdict from {source}: "
+                              f"{record['summary']}" + (f"\nHEAD differs there in:\n{differs}" if differs else ""))
         shutil.rmtree(base)
     if not verify:
         raise SystemExit(f"no passing verdict in {user_cache_dir()} for the Rust translation of {env_id} at any of "
@@ -110,9 +113,6 @@ def verified_checkout(work: Path, cache_dir: Path, env_id: str, verify: bool) ->
                          f"--max-experiments 0`) or pass --verify")
     base = base_checkout(work / "base-HEAD")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    record = lookup_verdict(base, cache_dir, env_id, source=cache_dir) if cache_dir.is_dir() else None
-    if record and record.get("passed"):  # a resumed call (--out): HEAD verified by an earlier one
-        return base, f"HEAD's ({head}), verified by an earlier call here: {record['summary']}"
     port = str(rust_translation(base, env_id))
     proc = subprocess.run([sys.executable, "-m", "envs_fast.verify", "--env", env_id, "--backend", port], cwd=base,
                           env=dict(os.environ, PYTHONPATH=str(base), AUTORL_VERIFY_CACHE=str(cache_dir)),

@@ -7,6 +7,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 LEVEL_TITLES = {1: "L1 properties", 2: "L2 interactions", 3: "L3 rollouts", 4: "L4 transfer"}
+PROGRESS_PREFIX = "verify: "   # the CLI's progress lines on stderr, which a log of its run interleaves
+
+
+def report_lines(log: str) -> list[str]:
+    """The non-blank lines of a verifier run's log, its progress lines left out: what the report says."""
+    return [line.strip() for line in log.splitlines() if line.strip() and not line.startswith(PROGRESS_PREFIX)]
 
 
 @dataclass

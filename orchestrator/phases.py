@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Optional
 
 from envs_fast.protocol import sync_companion, translation_path
+from envs_fast.report import report_lines
 
 from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log
@@ -397,7 +398,7 @@ def _spec_name(spec: str) -> str:
 
 
 def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = report_lines(text)
     failing = [line for line in lines if "FAIL" in line]
     return (failing[0] if failing else lines[0] if lines else "")[:240]
 

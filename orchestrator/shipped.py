@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Optional
 
 from envs_fast.protocol import is_file_spec, is_rust_spec, translation_files, translation_path
+from envs_fast.report import report_lines
 
 from .artifacts import TRAIN_SCRIPT
 from .config import RunConfig
@@ -183,7 +184,7 @@ def _verified(record: Path, when: str) -> str:
 def first_failing_line(report: str) -> str:
     """The line of a verifier's report that says what failed first: its first `[FAIL]` check, else
     the first line saying FAIL, else its last line (an error message)."""
-    lines = [line.strip() for line in report.splitlines() if line.strip()]
+    lines = report_lines(report)
     for marker in ("[FAIL]", "FAIL"):
         found = [line for line in lines if marker in line]
         if found:

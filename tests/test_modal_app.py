@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import math
 import os
+import re
 import shutil
 import subprocess
 import time
@@ -154,13 +155,20 @@ def test_doctor_reports_what_this_machine_trains_on(autorl_repo):
     import jax
     import torch
 
-    report = modal_doctor.diagnose(archive_of(autorl_repo()), budget=8)
+    # the ports' speed measured on CartPole's JAX translation: BipedalWalker's compiles for minutes on a CPU
+    report = modal_doctor.diagnose(archive_of(autorl_repo()), budget=8, ports=("CartPole-v1", "Hopper-v5"),
+                                   port_envs=64)
+    port, missing = report["ports"]
+    assert port["sps"] > 1000 and port["num_envs"] == 64 and jax.default_backend() in port["device"].lower()
+    assert "no JAX translation of Hopper-v5" in missing["error"]
+    assert "the JAX port of Hopper-v5 did not run here" in "\n".join(report["problems"])
     assert report["host"]["trained"] and report["host"]["path"] == "host"
     assert report["verify"]["passed"], report["verify"]
     assert report["jax_e2e"]["trained"] and report["jax_e2e"]["path"] == "jax-e2e"
     assert jax.default_backend() in report["jax_e2e"]["device"].lower()
     text = modal_doctor.format_report(report)
     assert "path host" in text and "path jax-e2e" in text
+    assert re.search(r"port: +CartPole-v1's JAX port, 64 envs on \S+: \d+ env steps/s \(compile [\d.]+ s\)", text), text
     if torch.cuda.is_available():
         assert report["host"]["device"].startswith("cuda")
     else:

@@ -36,7 +36,7 @@ from typing import Callable
 
 from envs_fast import cache
 from envs_fast.protocol import BackendError, BuildError, resolve_spec
-from envs_fast.report import LEVEL_TITLES, LevelReport, Report
+from envs_fast.report import LEVEL_TITLES, PROGRESS_PREFIX, LevelReport, Report
 from envs_fast.verify import interactions, properties, rollouts, transfer
 from envs_fast.verify.context import Context, Settings, SyncStatus
 
@@ -125,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                         extra={"l4_env_steps": args.l4_env_steps, "l4_seeds": args.l4_seeds, "l4_dir": args.l4_dir})
     try:
         report = verify(args.env, args.backend, levels, settings,
-                        progress=lambda line: print(f"verify: {line}", file=sys.stderr, flush=True))
+                        progress=lambda line: print(PROGRESS_PREFIX + line, file=sys.stderr, flush=True))
     except BackendError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,7 +2,7 @@
 plain Python: the driver, what torch and JAX see (and the CUDA major each was built for), then the
 checkout's train.py for a short budget on CartPole on each path (the host path, torch stepping a
 host env; the jax-e2e path, after verifying the shipped JAX translation there), each saying which
-device it trained on. The jax-e2e run is a night's training call exactly: the verdict reached by
+device it trained on, then the raw speed of the JAX physics ports shipped for GPUs (PORT_ENVS). The jax-e2e run is a night's training call exactly: the verdict reached by
 `check_archive` (what a night's verify runs) handed over as a night hands its records over.
 
 Nothing here imports modal: `gpu_doctor` of modal_functions.py calls `diagnose`, and tests call it
@@ -22,6 +22,10 @@ from .modal_experiment import check_archive, extract_archive, train_archive
 DOCTOR_ENV = "CartPole-v1"   # a shipped JAX translation exists for it, so both paths can run
 DOCTOR_BUDGET_S = 20.0
 VERIFY_TIMEOUT_S = 900
+# The JAX physics ports shipped for GPUs (on a CPU the Rust port wins): their raw batched speed here.
+PORT_ENVS = ("BipedalWalker-v3",)
+PORT_NUM_ENVS = 4096
+PORT_SECONDS = 10.0
 
 
 def driver() -> str:
@@ -77,6 +81,7 @@ def _verify_shipped(archive: bytes, env_id: str) -> tuple[bool, str, dict, dict]
     """Verify (L1-L3) the archive's JAX translation of `env_id` here, as a night's setup does on Modal:
     (passed, its first line, the records it left, this container's environment)."""
     from envs_fast.protocol import translation_path
+    from envs_fast.report import report_lines
 
     with tempfile.TemporaryDirectory(prefix="autorl-doctor-") as tmp:
         checkout = Path(tmp)
@@ -86,7 +91,7 @@ def _verify_shipped(archive: bytes, env_id: str) -> tuple[bool, str, dict, dict]
             return False, f"the checkout ships no JAX translation of {env_id}", {}, {}
         relative = str(spec.relative_to(checkout))
     reply = check_archive(archive, env_id, "verify", ["--backend", relative, "--levels", "1,2,3"], {}, VERIFY_TIMEOUT_S)
-    lines = reply["log"].strip().splitlines()
+    lines = report_lines(reply["log"])
     passed = reply["returncode"] == 0
     summary = next((line for line in lines if "FAIL" in line), lines[-1] if lines else f"exit {reply['returncode']}")
     return passed, (lines[0] if passed and lines else summary), reply["records"], reply["environment"]
@@ -102,7 +107,37 @@ def _train(archive: bytes, env_id: str, budget: float, verdicts: Optional[dict] 
         "log_tail": "\n".join(result["log"].strip().splitlines()[-5:])}
 
 
-def diagnose(archive: bytes, env_id: str = DOCTOR_ENV, budget: float = DOCTOR_BUDGET_S) -> dict:
+def port_speed(archive: bytes, env_id: str, num_envs: int = PORT_NUM_ENVS, seconds: float = PORT_SECONDS) -> dict:
+    """The archive's JAX translation of `env_id` stepping `num_envs` envs here under random actions (a
+    jitted scan, auto-reset included: what bench's backend figure times): steps/s after its compile,
+    the compile's seconds and the device; or why it could not run."""
+    import time
+
+    import jax
+
+    from envs_fast.protocol import translation_path
+    from envs_fast.throughput import jax_runner, measure
+
+    with tempfile.TemporaryDirectory(prefix="autorl-doctor-port-") as tmp:
+        checkout = Path(tmp)
+        extract_archive(archive, checkout)
+        spec = translation_path(env_id, checkout)
+        if not spec.is_file():
+            return {"env_id": env_id, "error": f"the checkout ships no JAX translation of {env_id}"}
+        try:
+            started = time.perf_counter()
+            runner = jax_runner(str(spec), env_id, num_envs, scan_steps=32)
+            runner.run_once()   # compiles
+            compile_s = time.perf_counter() - started
+            sps = measure({"port": runner}, seconds, rounds=1)["port"]
+        except Exception as exc:  # the doctor reports it, as a problem, and goes on
+            return {"env_id": env_id, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    return {"env_id": env_id, "num_envs": num_envs, "sps": round(sps), "compile_seconds": round(compile_s, 1),
+            "device": str(jax.devices()[0])}
+
+
+def diagnose(archive: bytes, env_id: str = DOCTOR_ENV, budget: float = DOCTOR_BUDGET_S,
+             ports: tuple[str, ...] = PORT_ENVS, port_envs: int = PORT_NUM_ENVS) -> dict:
     """Everything the doctor looks at, in the container it runs in."""
     report = {"driver": driver(), "torch": torch_view(), "jax": jax_view(), "env_id": env_id, "budget_s": budget}
     report["host"] = _train(archive, env_id, budget)
@@ -110,6 +145,7 @@ def diagnose(archive: bytes, env_id: str = DOCTOR_ENV, budget: float = DOCTOR_BU
     report["verify"] = {"passed": passed, "summary": summary}
     if passed:
         report["jax_e2e"] = _train(archive, env_id, budget, records, environment)
+    report["ports"] = [port_speed(archive, port, port_envs) for port in ports]
     report["problems"] = problems(report)
     return report
 
@@ -140,6 +176,8 @@ def problems(report: dict) -> list[str]:
             found.append(f"with a verified JAX translation training took the {e2e['path']} path, not jax-e2e")
         elif "gpu" not in str(e2e["device"] or "").lower() and "cuda" not in str(e2e["device"] or "").lower():
             found.append(f"the jax-e2e path trained on {e2e['device']}, not the GPU")
+    found += [f"the JAX port of {port['env_id']} did not run here: {port['error']}"
+              for port in report.get("ports", []) if "error" in port]
     return found
 
 
@@ -159,5 +197,9 @@ def format_report(report: dict) -> str:
         lines.append(f"{name + ':':8} {report['env_id']} {report['budget_s']:g} s -> path {run['path']} on "
                      f"{run['device']}: {run['env_steps']} env steps, {run['sps']} sps{compile_s}, "
                      f"return {run['episode_return']}")
+    for port in report.get("ports", []):
+        if "error" not in port:
+            lines.append(f"{'port:':8} {port['env_id']}'s JAX port, {port['num_envs']} envs on {port['device']}: "
+                         f"{port['sps']} env steps/s (compile {port['compile_seconds']} s)")
     lines += [f"PROBLEM: {line}" for line in report["problems"]] or ["ok: torch and JAX both train on the GPU"]
     return "\n".join(lines)

@@ -100,8 +100,8 @@ def evaluate_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: 
 
 @app.function(gpu=TRAIN_GPU, cpu=TRAIN_CPU, timeout=1800, block_network=True, restrict_modal_access=True)
 def gpu_doctor(archive: bytes, budget: float = DOCTOR_BUDGET_S) -> dict:
-    """The driver, what torch and JAX see, and the commit's train.py on CartPole on each path, in a
-    train container (modal_doctor.diagnose)."""
+    """The driver, what torch and JAX see, the commit's train.py on CartPole on each path, and the
+    speed of its JAX physics ports, in a train container (modal_doctor.diagnose)."""
     return diagnose(archive, budget=budget)
 
 
