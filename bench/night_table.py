@@ -56,7 +56,8 @@ def load_nights(path: Path) -> tuple[list[NightRow], dict, list[dict]]:
 
 def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float], draws: list[dict] = ()) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    machine = {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(), "node": platform.node()}
+    machine = {"cpus": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)),   # e.g. under taskset
+               "cpu": platform.processor() or platform.machine(), "node": platform.node()}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"commit": commit, "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                 "machine": machine, "nights": [asdict(r) for r in rows],
