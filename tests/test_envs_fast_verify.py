@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from envs_fast.backend import BackendError
@@ -315,3 +316,27 @@ def test_loading_gymnax_leaves_seaborn_until_something_renders():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "3"]
+
+
+def test_l1_tells_distributions_apart_but_not_two_roundings_of_one_constant():
+    """A reset component both sides hold at one value up to float rounding (the BipedalWalker JAX
+    port's lidar reading 0.5341 +- 4e-7) is one value, as L2 would call it; KS alone fails it."""
+    from envs_fast.stats import same_distribution_p
+    from envs_fast.verify.properties import component_p
+
+    rng = np.random.default_rng(0)
+    rtol, atol = Settings.rtol, Settings.atol
+    reference = 0.5341 + rng.normal(0, 4e-7, 1000)
+    rounded_apart = reference + 3e-7
+    assert same_distribution_p(rounded_apart, reference)[0] < 1e-10
+    assert component_p(rounded_apart, reference, rtol, atol) == (1.0, "constant within tolerance")
+    # beyond the tolerance, or a real spread, the test decides as before
+    assert component_p(reference + 1e-3, reference, rtol, atol)[0] < 1e-10
+    spread = rng.normal(0, 1, 1000)
+    assert component_p(spread + 0.3, rng.normal(0, 1, 1000), rtol, atol)[0] < 1e-6
+    assert component_p(rng.normal(0, 1, 1000), spread, rtol, atol)[0] > 1e-4
+    # a backend that is constant where the reference spreads is told apart
+    assert component_p(np.zeros(1000), rng.normal(0, 1e-3, 1000), rtol, atol)[0] < 1e-10
+    # NaN (a field the reference leaves unset) is a value of its own
+    with_nan = np.where(np.arange(1000) % 2 == 0, np.nan, reference)
+    assert component_p(with_nan, reference, rtol, atol)[0] < 1e-10
