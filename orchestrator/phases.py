@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Generator, Optional
 
-from envs_fast.protocol import sync_companion, translation_path
+from envs_fast.protocol import translation_files, translation_path
 from envs_fast.report import report_lines
 
 from .artifacts import TRAIN_SCRIPT, log_tail
@@ -289,7 +289,7 @@ class TranslatePhase(Phase):
 
     def files(self, env_id: str, lang: str) -> list[str]:
         if lang == "rust":
-            return [self.translation(env_id, "rust"), sync_companion(self.translation(env_id, "rust")).as_posix()]
+            return translation_files(self.translation(env_id, "rust"))
         return [self.translation(env_id, "jax")]
 
     def allowed_paths(self, env_id: str) -> list[str]:
