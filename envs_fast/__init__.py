@@ -27,7 +27,8 @@ def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None,
                  verified_only: bool | None = None):
     """A `gymnasium.vector.VectorEnv` over the backend SPEC: a translation file path (JAX `.py` or
     Rust `.rs`), "jax"/"translation" (`envs_fast/<slug>.py`), "rust" (`envs_fast/<slug>.rs`),
-    "mujoco_batch" (gymnasium's MuJoCo v5 envs on mujoco.batch), "envpool", "gymnax" or "reference".
+    "mujoco_batch" (gymnasium's MuJoCo v5 envs on mujoco.batch), "mjx" (the same envs on MJX, functional
+    JAX), "envpool", "gymnax" or "reference".
 
     verified_only (default: in a training run): a backend `training_refusal` refuses is replaced by
     the reference, with a line on stderr saying why."""
@@ -75,8 +76,10 @@ def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None, e
          root: this repository), each if its cached verdict for its current content passes;
       2. "mujoco_batch" (envs_fast/mujoco_batch.py: the MuJoCo env's Python over the reference's own
          engine, batched), if it covers the env and its cached verdict passes;
-      3. "gymnax", if gymnax has the env and its cached verdict passes;
-      4. "envpool", if envpool is installed and has the env: trusted without a verdict (as the
+      3. "mjx" (envs_fast/mjx_backend.py: the same envs on MJX, MuJoCo's JAX port, for GPUs), if it
+         covers the env and its cached verdict passes;
+      4. "gymnax", if gymnax has the env and its cached verdict passes;
+      5. "envpool", if envpool is installed and has the env: trusted without a verdict (as the
          default backend it has always been), unless a cached verdict says it fails.
     The candidate with the highest training throughput (`train_sps`) cached by `bench` at the num_envs nearest to
     `num_envs` wins; one never benchmarked counts as slower than any benchmarked one, and ties (or
@@ -112,6 +115,8 @@ def _fastest(env_id: str, num_envs: int, translations: list[Path], environment: 
     candidates += [str(path) for path in translations if path.is_file() and verdict(str(path))]
     if mujoco_batch_supports(env_id) and verdict("mujoco_batch"):  # verified state by state, like a translation
         candidates.append("mujoco_batch")
+    if mujoco_batch_supports(env_id) and verdict("mjx"):  # mjx covers the envs mujoco_batch covers
+        candidates.append("mjx")
     if gymnax_supports(env_id) and verdict("gymnax"):
         candidates.append("gymnax")
     throughput = {spec: cache.cached_throughput(spec, env_id, num_envs, environment) or 0.0

@@ -43,7 +43,7 @@ def load_translation(path: str | Path, env_id: str | None = None) -> FunctionalB
 
 def load_functional(spec: str, env_id: str, root: str | Path | None = None,
                     verified_only: bool | None = None) -> FunctionalBackend:
-    """A functional backend for SPEC (a translation path, "jax"/"translation", or "gymnax").
+    """A functional backend for SPEC (a translation path, "jax"/"translation", "gymnax" or "mjx").
 
     verified_only (default: in a training run, see `envs_fast.gate.in_training_run`): refuse, with a
     BackendError saying why, a backend that `envs_fast.gate.training_refusal` refuses."""
@@ -57,6 +57,10 @@ def load_functional(spec: str, env_id: str, root: str | Path | None = None,
             raise BackendError(f"not loaded for training: {refusal}")
     if spec == "gymnax":
         return load_gymnax(env_id)
+    if spec == "mjx":  # the env's Python over MJX, MuJoCo's JAX port
+        from envs_fast.mjx_backend import load_mjx
+
+        return load_mjx(env_id)
     if spec in VECTOR_SPECS + ENGINE_SPECS:
         raise BackendError(f"{spec!r} is a vector backend, not a functional one")
     return load_translation(spec, env_id)
@@ -64,12 +68,17 @@ def load_functional(spec: str, env_id: str, root: str | Path | None = None,
 
 def load_batched(spec: str, env_id: str, root: str | Path | None = None) -> BatchedBackend | None:
     """The backend SPEC as the verifier drives it: None for the vector-only specs (envpool, reference),
-    mujoco_batch's MujocoBatchBackend, a Rust translation for a `.rs` file (may raise BuildError), else a
+    mujoco_batch's MujocoBatchBackend, mjx's functional backend under JaxBatched, a Rust translation for a `.rs` file (may raise BuildError), else a
     functional JAX backend."""
     check_env_id(env_id)
     spec = resolve_spec(spec, env_id, root)
     if spec in VECTOR_SPECS:
         return None
+    if spec == "mjx":  # functional JAX over MJX: driven like a JAX translation
+        from envs_fast.jax_batched import JaxBatched
+        from envs_fast.mjx_backend import load_mjx
+
+        return JaxBatched(load_mjx(env_id))
     if spec in ENGINE_SPECS:  # the env's Python over its own engine, batched (mujoco_batch)
         from envs_fast.mujoco_batch import load_mujoco_batch
 

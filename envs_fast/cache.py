@@ -125,7 +125,7 @@ def backend_identity(spec: str, env_id: str, environment: dict | None = None) ->
         if is_rust_spec(spec):  # and the compiler
             identity += ":" + (environment["rustc"] if environment else rustc())
         return identity
-    package = {"reference": "gymnasium", "mujoco_batch": "mujoco"}.get(spec, spec)  # mujoco_batch.py: in every key
+    package = {"reference": "gymnasium", "mujoco_batch": "mujoco", "mjx": "mujoco-mjx"}.get(spec, spec)  # their .py: in every key
     versions = environment["versions"] if environment else package_versions()
     return f"{spec}:{versions.get(package, 'missing')}"
 
@@ -134,7 +134,7 @@ def runs_jax(spec: str) -> bool:
     """Whether a backend's steps are JAX code (a JAX translation, gymnax), whose floating point
     depends on the device XLA compiles for. The others (Rust, envpool, gymnasium) step on the CPU
     whatever accelerator the machine has, so their verdicts hold on any of them."""
-    return spec == "gymnax" or (is_file_spec(spec) and not is_rust_spec(spec))
+    return spec in ("gymnax", "mjx") or (is_file_spec(spec) and not is_rust_spec(spec))
 
 
 def key_inputs(spec: str, env_id: str, kind: str = "verdict", environment: dict | None = None) -> dict:

@@ -8,8 +8,11 @@ checkout ships a port of its scene (BipedalWalker-v3: envs_fast/bipedalwalker_v3
 solver translated) is translatable: translate experiments improve that port. The daemon asks this
 before it schedules translate experiments for a code-writing agent. Decided by the env spec's entry
 point module and the shipped files alone: nothing is instantiated. MuJoCo envs that
-envs_fast/mujoco_batch.py covers have a verifiable backend without any translation (`engine_backend`):
-the reference's own engine stepped in batches, which setup verifies and training may use.
+envs_fast/mujoco_batch.py covers have verifiable backends without any translation (`engine_backends`):
+"mujoco_batch", the reference's own engine stepped in batches on CPU threads (mujoco >= 4.0), and "mjx",
+the same env's Python over MJX, MuJoCo's JAX port (the mujoco-mjx package), which compiles for a GPU.
+Setup verifies them and training may use them; the bench's train_sps decides between them on the
+device training uses (on a CPU mujoco_batch wins).
 """
 from __future__ import annotations
 
@@ -58,16 +61,23 @@ def shipped_port(env_id: str, root: Optional[Path] = None) -> Optional[Path]:
     return None
 
 
-def engine_backend(env_id: str) -> Optional[str]:
-    """The backend that runs `env_id` on its reference's own engine, batched, with the env's Python
-    translated around it and state synced, so verified step by step like a translation (no agent
-    writes it): "mujoco_batch" for the MuJoCo v5 envs envs_fast/mujoco_batch.py covers where
-    mujoco.batch imports (mujoco >= 4.0), else None."""
-    if engine_of(env_id) != "MuJoCo" or not _importable("mujoco.batch"):
-        return None
+def engine_backends(env_id: str) -> list[str]:
+    """The backends that run `env_id` on its reference's engine with the env's Python translated
+    around it and state synced, so verified step by step like a translation (no agent writes them),
+    for the MuJoCo v5 envs envs_fast/mujoco_batch.py covers: "mujoco_batch" where mujoco.batch imports
+    (mujoco >= 4.0), "mjx" where mujoco.mjx does (the mujoco-mjx package). Empty for other envs."""
+    if engine_of(env_id) != "MuJoCo":
+        return []
     from envs_fast.mujoco_batch import supports
 
-    return "mujoco_batch" if supports(env_id) else None
+    if not supports(env_id):
+        return []
+    return [spec for spec, module in (("mujoco_batch", "mujoco.batch"), ("mjx", "mujoco.mjx")) if _importable(module)]
+
+
+def engine_backend(env_id: str) -> Optional[str]:
+    """The CPU one of `engine_backends` ("mujoco_batch"), or None: what trains where no GPU is."""
+    return "mujoco_batch" if "mujoco_batch" in engine_backends(env_id) else None
 
 
 def no_port_reason(env_id: str, root: Optional[Path] = None) -> Optional[str]:

@@ -20,9 +20,10 @@ from typing import Any, Callable, Protocol
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROTOCOL_FUNCTIONS = ("reset", "step", "state_from_reference", "state_to_reference")
 VECTOR_SPECS = ("envpool", "reference")
-# Backends on the reference's own engine, batched, with the env's Python translated and state synced, so
-# verified step by step like a translation though no file of the env's is theirs (envs_fast/mujoco_batch.py)
-ENGINE_SPECS = ("mujoco_batch",)
+# Backends on the reference's engine (its own, batched: envs_fast/mujoco_batch.py; or its JAX port MJX:
+# envs_fast/mjx_backend.py), with the env's Python translated and state synced, so verified step by step
+# like a translation though no file of the env's is theirs
+ENGINE_SPECS = ("mujoco_batch", "mjx")
 TRANSLATION_ALIASES = ("jax", "translation")
 
 

@@ -55,11 +55,11 @@ class Shipped:
 def shipped_specs(env_id: str, workspace: Workspace, commit: str, environment: Optional[dict] = None) -> list[str]:
     """The backends `commit` ships for `env_id`: its JAX and Rust translations (Rust where rustc
     can build it; a physics scene's JAX port only where training has a GPU, when a Rust port of it
-    ships), then mujoco_batch (MuJoCo envs it covers), then gymnax. `environment`: where training
-    runs (runner.record_environment(); None: this machine)."""
+    ships), then mujoco_batch and, where training has a GPU, mjx (MuJoCo envs they cover), then
+    gymnax. `environment`: where training runs (runner.record_environment(); None: this machine)."""
     from envs_fast.cache import machine
     from envs_fast.gymnax_backend import gymnax_supports
-    from envs_fast.portability import engine_backend, engine_of
+    from envs_fast.portability import engine_backends, engine_of
     from envs_fast.rust_build import rustc_available
 
     specs = [translation_path(env_id, ".", lang).as_posix() for lang in ("jax", "rust")]
@@ -74,8 +74,10 @@ def shipped_specs(env_id: str, workspace: Workspace, commit: str, environment: O
         log.info("setup: %s's JAX port %s is verified only where training has a GPU; on this CPU the Rust port "
                  "%s trains", env_id, specs[0], specs[1])
         specs = specs[1:]
-    engine = engine_backend(env_id)  # the reference's own engine, batched (mujoco_batch): verified like a translation
-    return specs + ([engine] if engine else []) + (["gymnax"] if gymnax_supports(env_id) else [])
+    # the reference's engine (mujoco_batch, batched; mjx, its JAX port): verified like a translation. MJX
+    # compiles for minutes and steps slower than mujoco_batch on a CPU, so setup verifies it where there is a GPU
+    engines = [spec for spec in engine_backends(env_id) if spec != "mjx" or gpus]
+    return specs + engines + (["gymnax"] if gymnax_supports(env_id) else [])
 
 
 def saved_choice(folder: RunFolder) -> dict:

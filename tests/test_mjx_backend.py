@@ -1,0 +1,185 @@
+"""The mjx backend (envs_fast/mjx_backend.py) against real gymnasium MuJoCo v5 envs, on the real MJX
+(the mujoco-mjx package) and JAX. MJX is not the reference's engine and computes in float32, so steps
+agree within a tolerance, not bit for bit (ABSOLUTE, RELATIVE below). Also: an XML MJX does not implement is refused naming the feature,
+portability lists both engine backends, and choose_backend ranks mjx by its measured speed."""
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+pytest.importorskip("mujoco.mjx", reason="mujoco-mjx is not installed")
+jax = pytest.importorskip("jax")
+
+import envs_fast  # noqa: E402
+from envs_fast import cache  # noqa: E402
+from envs_fast.mjx_backend import MjxEnv  # noqa: E402
+from envs_fast.portability import engine_backends, no_port_reason  # noqa: E402
+
+# float32 against the reference's float64, per element: absolute plus relative to the reference's value
+ABSOLUTE, RELATIVE = 1e-4, 1e-3
+
+
+def within(mine, theirs) -> np.ndarray:
+    mine, theirs = np.asarray(mine, np.float64), np.asarray(theirs, np.float64)
+    return np.abs(mine - theirs) <= ABSOLUTE + RELATIVE * np.abs(theirs)
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
+    warnings.filterwarnings("ignore", category=UserWarning)
+
+
+@pytest.fixture(scope="module")
+def hopper():
+    env = MjxEnv("Hopper-v5")
+    yield env, jax.jit(env.reset), jax.jit(env.step)
+    env.close()
+
+
+def test_hopper_steps_from_synced_states_match_gymnasium_within_float32_tolerance(hopper):
+    """Along real episodes (random actions, half outside the ctrl range, reset on termination), each mjx
+    step from the state read off gymnasium gives gymnasium's observation, reward, termination and next
+    state (qpos, qvel) within ABSOLUTE + RELATIVE x |reference|; the hopper falls, so termination itself is compared, and it
+    lands, so steps with contacts are too."""
+    env, _, step = hopper
+    reference = gym.make("Hopper-v5")
+    reference.action_space.seed(2)
+    reference.reset(seed=2)
+    terminations = contacts = 0
+    for t in range(150):
+        state = env.state_from_reference(reference)
+        action = reference.action_space.sample() * 2
+        obs, reward, terminated, _, _ = reference.unwrapped.step(action)
+        contacts += reference.unwrapped.data.ncon > 0
+        b_obs, b_state, b_reward, b_terminated = step(jax.random.PRNGKey(0), state, action)
+        after = env.state_from_reference(reference)
+        assert within(b_obs, obs).all(), (t, np.asarray(b_obs) - obs)
+        assert within(b_reward, reward), (t, float(b_reward), reward)
+        assert bool(b_terminated) == terminated, t
+        assert within(b_state.qpos, after.qpos).all() and within(b_state.qvel, after.qvel).all(), t
+        if terminated:
+            terminations += 1
+            reference.reset(seed=100 + t)
+    assert terminations > 0 and contacts > 0
+
+
+def test_a_wrong_dynamics_is_caught_by_that_tolerance(hopper):
+    """The tolerance is tight enough to matter: the same step with the hopper's state nudged by 0.01 in one
+    joint velocity (a small physics error) differs from gymnasium's beyond it."""
+    env, _, step = hopper
+    reference = gym.make("Hopper-v5")
+    reference.reset(seed=3)
+    state = env.state_from_reference(reference)
+    action = np.zeros(3, np.float32)
+    obs, *_ = reference.unwrapped.step(action)
+    nudged = state._replace(qvel=state.qvel + np.eye(len(state.qvel))[3] * 1e-2)
+    b_obs, *_ = step(jax.random.PRNGKey(0), nudged, action)
+    assert not within(b_obs, obs).all()
+
+
+def test_hopper_reset_is_gymnasiums_reset_rule(hopper):
+    """reset draws qpos and qvel uniform in +-reset_noise_scale around init (as hopper_v5.reset_model does),
+    different for different keys, and observes the reset state as gymnasium does (the same state written
+    into gymnasium observes the same)."""
+    env, reset, _ = hopper
+    reference = gym.make("Hopper-v5")
+    reference.reset(seed=0)
+    rules = env.rules
+    observations = []
+    for seed in range(4):
+        obs, state = reset(jax.random.PRNGKey(seed))
+        assert np.all(np.abs(np.asarray(state.qpos) - rules.init_qpos) <= rules.noise + 1e-7)
+        assert np.all(np.abs(np.asarray(state.qvel) - rules.init_qvel) <= rules.noise + 1e-7)
+        reference.unwrapped.set_state(np.asarray(state.qpos, np.float64), np.asarray(state.qvel, np.float64))
+        assert within(obs, reference.unwrapped._get_obs()).all()
+        observations.append(np.asarray(obs).tobytes())
+    assert len(set(observations)) == 4
+
+
+def register_hopper_with_implicit_integrator(tmp_path: Path) -> str:
+    """Hopper-v5's Python over its XML with the implicit integrator, which MJX does not implement."""
+    from gymnasium.envs.mujoco import hopper_v5
+
+    xml = Path(hopper_v5.__file__).parent / "assets" / "hopper.xml"
+    text = xml.read_text()
+    assert 'integrator="RK4"' in text
+    variant = tmp_path / "hopper_implicit.xml"
+    variant.write_text(text.replace('integrator="RK4"', 'integrator="implicit"'))
+    env_id = "HopperImplicitTest-v5"
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point="gymnasium.envs.mujoco.hopper_v5:HopperEnv", max_episode_steps=1000,
+                     kwargs={"xml_file": str(variant)})
+    return env_id
+
+
+def test_verify_refuses_an_xml_mjx_does_not_implement_naming_the_feature(tmp_path, capsys):
+    """Bad input: verification exits 2 and names what MJX lacks (put_model's NotImplementedError); training
+    takes no mjx for that env."""
+    from envs_fast.verify import main
+
+    env_id = register_hopper_with_implicit_integrator(tmp_path)
+    assert main(["--env", env_id, "--backend", "mjx", "--levels", "1"]) == 2
+    error = capsys.readouterr().err
+    assert "MJX does not implement" in error and "mjINT_IMPLICIT" in error and env_id in error
+    assert envs_fast.choose_backend(env_id, 8) != "mjx"
+    assert envs_fast.training_refusal("mjx", env_id) is not None
+
+
+def test_humanoid_is_refused_naming_the_pgs_solver_its_xml_asks_for(capsys):
+    """gymnasium's humanoid.xml sets solver="PGS", which MJX does not implement: refused at load, before
+    anything compiles, so Humanoid trains on mujoco_batch or the reference."""
+    from envs_fast.verify import main
+
+    assert main(["--env", "Humanoid-v5", "--backend", "mjx", "--levels", "1"]) == 2
+    assert "mjSOL_PGS" in capsys.readouterr().err
+
+
+def test_an_env_mjx_does_not_cover_is_refused_in_one_line(capsys):
+    from envs_fast.verify import main
+
+    assert main(["--env", "Swimmer-v5", "--backend", "mjx", "--levels", "1"]) == 2
+    error = capsys.readouterr().err
+    assert "mjx does not cover 'Swimmer-v5'" in error
+
+
+def test_portability_knows_both_engine_backends():
+    """MuJoCo envs mujoco_batch translates run on both engines here; other envs on neither. With MJX
+    installed a MuJoCo env is translatable (no reason against porting it)."""
+    for env_id in ("Hopper-v5", "HalfCheetah-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"):
+        assert engine_backends(env_id) == ["mujoco_batch", "mjx"]
+        assert no_port_reason(env_id) is None
+    assert engine_backends("CartPole-v1") == [] and engine_backends("Swimmer-v5") == []
+
+
+def test_setup_verifies_mjx_only_where_training_has_a_gpu(autorl_repo):
+    from orchestrator.shipped import shipped_specs
+    from orchestrator.workspace import Workspace
+
+    workspace = Workspace(autorl_repo(), "specs")
+    commit = workspace.start_commit()
+    cpu = {"machine": {"cpu": "x", "cpus": 2, "arch": "x86_64", "gpus": ""}}
+    h100 = {"machine": {"cpu": "x", "cpus": 8, "arch": "x86_64", "gpus": "NVIDIA H100 80GB HBM3"}}
+    assert shipped_specs("Hopper-v5", workspace, commit, cpu) == ["mujoco_batch"]
+    assert shipped_specs("Hopper-v5", workspace, commit, h100) == ["mujoco_batch", "mjx"]
+
+
+def test_choose_backend_trains_mjx_only_verified_and_where_it_is_fastest():
+    """Both verified: the measured train_sps decides, as on this CPU (mujoco_batch faster) and on a GPU
+    (mjx faster); a failed mjx verdict never trains."""
+    env_id = "Hopper-v5"
+    assert envs_fast.choose_backend(env_id, 16) != "mjx"  # no verdict yet
+    for spec in ("mujoco_batch", "mjx"):
+        cache.store_verdict(spec, env_id, [1, 2, 3], True, "passed (test)")
+    cache.store_throughput("mujoco_batch", env_id, 16, 4e4)
+    cache.store_throughput("mjx", env_id, 16, 1e4)
+    assert envs_fast.choose_backend(env_id, 16) == "mujoco_batch"
+    cache.store_throughput("mjx", env_id, 16, 1e6)
+    assert envs_fast.choose_backend(env_id, 16) == "mjx"
+    assert envs_fast.training_refusal("mjx", env_id) is None
+    cache.store_verdict("mjx", env_id, [1, 2, 3], False, "failed (test)")
+    assert envs_fast.choose_backend(env_id, 16) == "mujoco_batch"
