@@ -2924,7 +2924,7 @@ impl Rng {
 // ---------------------------------------------------------------- ABI (see envs_fast/rust_backend.py)
 
 const ABI_VERSION: u32 = 1;
-const MIN_ENVS_PER_THREAD: usize = 8; // a physics step costs ~50-100 us: at 16 envs two threads step 1.45x one (measured)
+const MIN_ENVS_PER_THREAD: usize = 8; // a physics step costs ~50-100 us: at 16 envs two threads step 1.45x one (measured before SPIN)
 
 /// Envs stepped together by one thread (step_env_group): 2 measured 2-5% faster than 1 (CPU time), 4 no faster than 2.
 const GROUP: usize = 2;
@@ -2998,7 +2998,7 @@ impl<'a> Batch<'a> {
         if threads <= 1 {
             return self.run_serial();
         }
-        let work = Work::new(self, GROUP);
+        let work = Work::new(self, GROUP, threads);
         // The pool's workers, unless another caller is using them (then fresh scoped threads).
         let mut pool = match POOL.try_lock() {
             Ok(guard) => guard,
@@ -3027,7 +3027,7 @@ impl<'a> Batch<'a> {
         let own = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.drain()));
         let mut ok = own.is_ok();
         for _ in 1..threads {
-            ok &= pool.done.recv().unwrap_or_else(|_| std::process::abort());
+            ok &= spin_recv(&pool.done).unwrap_or_else(|| std::process::abort());
         }
         if let Err(panic) = own {
             std::panic::resume_unwind(panic);
@@ -3045,11 +3045,14 @@ struct Work<'a> {
 }
 
 impl<'a> Work<'a> {
-    fn new(batch: Batch<'a>, size: usize) -> Work<'a> {
-        let mut chunks = Vec::with_capacity(batch.seeds.len() / size + 1);
+    /// Chunks of `size`, the last 2 x `threads` envs one by one: the threads then finish within about
+    /// one env's step of each other instead of `size` envs'.
+    fn new(batch: Batch<'a>, size: usize, threads: usize) -> Work<'a> {
+        let mut chunks = Vec::with_capacity(batch.seeds.len() / size + 2 * threads);
         let mut rest = batch;
-        while rest.seeds.len() > size {
-            let (chunk, tail) = rest.split_at(size);
+        while rest.seeds.len() > 1 {
+            let n = if rest.seeds.len() > 2 * threads { size.min(rest.seeds.len() - 2 * threads) } else { 1 };
+            let (chunk, tail) = rest.split_at(n);
             chunks.push(std::sync::Mutex::new(Some(chunk)));
             rest = tail;
         }
@@ -3072,8 +3075,7 @@ impl<'a> Work<'a> {
 }
 
 /// Worker threads kept between calls: spawning and joining a thread costs ~100 us on this VM, a
-/// fifth of what 8 envs' steps take. A worker sleeps in recv() between jobs (no spinning: the
-/// cores are shared).
+/// fifth of what 8 envs' steps take. Between jobs a worker polls for SPIN, then sleeps in recv().
 struct Pool {
     pid: u32,
     jobs: Vec<std::sync::mpsc::Sender<&'static Work<'static>>>,
@@ -3089,7 +3091,7 @@ impl Pool {
             let (tx, rx) = std::sync::mpsc::channel::<&'static Work<'static>>();
             let done_tx = done_tx.clone();
             std::thread::spawn(move || {
-                while let Ok(work) = rx.recv() {
+                while let Some(work) = spin_recv(&rx) {
                     let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| work.drain())).is_ok();
                     if done_tx.send(ok).is_err() {
                         return;
@@ -3099,6 +3101,25 @@ impl Pool {
             tx
         }).collect();
         Pool { pid, jobs, done }
+    }
+}
+
+/// How long a thread polls for its next message before it sleeps in recv(): a futex wake-up costs
+/// tens of microseconds on this VM, paid twice per call (the job, then its end) against ~450 us of
+/// steps per thread at 16 envs. Polling 200 us, with the tail split (Work::new), stepped 16 envs
+/// 2.4x envpool against 1.7-1.9x sleeping at once, 50 us 2.2x (bench/results/bipedal-port-spin-2026-11-26.txt).
+/// Bounded, so that a worker idle between calls (while a learner runs) gives its core back soon.
+const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
+
+fn spin_recv<T>(rx: &std::sync::mpsc::Receiver<T>) -> Option<T> {
+    let start = std::time::Instant::now();
+    loop {
+        match rx.try_recv() {
+            Ok(message) => return Some(message),
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => return None,
+            Err(std::sync::mpsc::TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
+            Err(std::sync::mpsc::TryRecvError::Empty) => return rx.recv().ok(),
+        }
     }
 }
 
