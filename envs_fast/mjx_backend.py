@@ -78,20 +78,9 @@ def refusal(env_id: str) -> str | None:
     return None
 
 
-def unsupported_feature(model) -> str | None:
-    """What in the compiled MjModel MJX (its JAX implementation) does not implement, as put_model
-    names it, or None when it loads."""
-    mjx = _mjx()
-    try:
-        mjx.put_model(model, impl="jax")
-    except NotImplementedError as exc:
-        return str(exc) or type(exc).__name__
-    return None
-
-
 def use_compilation_cache() -> None:
     """Compile through JAX's persistent cache: the folder train.py's runs use ($AUTORL_JAX_CACHE_DIR)
-    when set, else `jax-compilation/` in the verify cache. An MJX step of Humanoid takes a minute or
+    when set, else `jax-compilation/` in the verify cache. An MJX step of Hopper takes a minute or
     more to compile on a CPU; a second verification or benchmark of the same program reads it back."""
     import jax
 
@@ -185,12 +174,12 @@ class MjxEnv:
             self._reference = gym.make(env_id)
         unwrapped = self._reference.unwrapped
         self.rules = rules_class(env_id)(unwrapped)  # gymnasium's constants, as mujoco_batch reads them
-        model = unwrapped.model
-        feature = unsupported_feature(model)
-        if feature:
-            raise BackendError(f"mjx cannot run {env_id}: its model uses what MJX does not implement: {feature}")
+        try:  # put_model refuses, naming it, what MJX's JAX implementation lacks (a solver, integrator, collision pair)
+            self.mjx_model = mjx.put_model(unwrapped.model, impl="jax")
+        except NotImplementedError as exc:
+            raise BackendError(f"mjx cannot run {env_id}: its model uses what MJX does not implement: "
+                               f"{exc or type(exc).__name__}") from None
         use_compilation_cache()
-        self.mjx_model = mjx.put_model(model, impl="jax")
         self.template = mjx.make_data(self.mjx_model, impl="jax")  # mj_resetData's values, on the device
         self.float = self.template.qpos.dtype  # float32, or float64 under jax_enable_x64
         self.frame_skip = self.rules.frame_skip
