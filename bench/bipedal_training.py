@@ -7,7 +7,7 @@ seconds, updates, and (with --episodes) the artifact's score from evaluate.py.
 
     .venv/bin/python bench/bipedal_training.py [--budgets 90] [--repeats 1] [--episodes 10] [--seed 1]
                                               [--configs host:envpool,host:rust,jax-host:rust,jax-host:envpool]
-                                              [--env BipedalWalker-v3]
+                                              [--env BipedalWalker-v3] [--set NUM_ENVS=128 ...]
 
 Each config is a checkout of a commit's evaluate.py and envs_fast/ (below) with this checkout's
 train.py, BACKEND and LEARNER set in it (nothing else), run with an empty JAX compilation cache of its
@@ -134,14 +134,20 @@ def base_checkout(root: Path, commit: str = "HEAD") -> Path:
     return root
 
 
-def checkout(root: Path, base: Path, backend: str, learner: str) -> Path:
-    """The base checkout with this checkout's candidate/train.py, BACKEND and LEARNER set in it."""
+def checkout(root: Path, base: Path, backend: str, learner: str, constants: dict[str, str] | None = None) -> Path:
+    """The base checkout with this checkout's candidate/train.py, BACKEND and LEARNER set in it, and
+    each of `constants` (NAME: a Python literal) in place of its value in the hyperparameter block."""
     text = (REPO / "candidate" / "train.py").read_text()
     for name, value in (("BACKEND", backend), ("LEARNER", learner)):
         old = f'{name} = "auto"'
         if old not in text:
             raise SystemExit(f"candidate/train.py has no line {old!r}")
         text = text.replace(old, f'{name} = "{value}"', 1)
+    for name, value in (constants or {}).items():
+        text, count = re.subn(rf"^{re.escape(name)} = [^#\n]*?(\s*#|$)", lambda m: f"{name} = {value}{m.group(1)}",
+                              text, count=1, flags=re.M)
+        if not count:
+            raise SystemExit(f"candidate/train.py has no constant {name}")
     if root.exists():
         shutil.rmtree(root)
     shutil.copytree(base, root, ignore=shutil.ignore_patterns("__pycache__", "target"))
@@ -202,7 +208,12 @@ def main(argv=None) -> int:
     parser.add_argument("--verify", action="store_true", help="verify the port here when no verdict is cached")
     parser.add_argument("--out", help="keep artifacts and logs here (default: a temp dir)")
     parser.add_argument("--json", help="also write all figures here")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="train every config with this constant of train.py's block changed (repeatable)")
     args = parser.parse_args(argv)
+    if any("=" not in item for item in args.set):
+        parser.error("--set takes NAME=VALUE, e.g. --set NUM_ENVS=128")
+    constants = dict(item.split("=", 1) for item in args.set)
 
     work = Path(args.out or tempfile.mkdtemp(prefix="autorl-bipedal-training-"))
     cache_dir = work / "verify-cache"
@@ -219,7 +230,8 @@ def main(argv=None) -> int:
     roots = {}
     for config in configs:
         path, backend = config.split(":")
-        roots[config] = checkout(work / "checkouts" / config.replace(":", "-"), base, backend, LEARNERS[path])
+        roots[config] = checkout(work / "checkouts" / config.replace(":", "-"), base, backend, LEARNERS[path],
+                                 constants)
     rows = []
     for budget in [float(b) for b in args.budgets.split(",")]:
         runs = {config: [] for config in configs}
