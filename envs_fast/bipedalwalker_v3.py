@@ -20,20 +20,22 @@ reuses that companion) split into float32 arrays in the same order; feature ids 
 `FEATURE_CODE` (ia + 8 ib + 64 ta + 128 tb) because Box2D's 32-bit key is not exact in float32.
 
 Where this deviates from the Rust port (none of it is an approximation of the physics):
-- XLA's sin/cos and fusion are not libm's: results differ from the reference by float32 roundings,
-  which the scene's chaos then amplifies; see VERIFICATION TOLERANCE at the end of the file.
+- step and reset round every float product on its own (_products_rounded): XLA's CPU compiler would
+  fuse a*b+c into one fused multiply-add, whose single rounding the solver's 180 iterations carry on (it
+  made L2 and L3 fail). With it, one step from 2216 of L2's 2231 rollout states is the Rust port's bit for
+  bit (bench/bipedal_jax_vs_rust.py). XLA's float32 sin/cos equal glibc's sinf/cosf (150,000 angles).
+- The 15 others are steps with a time of impact: time_of_impact vmapped over the contact slots gives
+  another beta than called slot by slot (0.41463393 against 0.41463324, also without jit); not found yet.
 - A contact list longer than 48 is cut to 48 inside the step (the Rust port keeps it growing and writes
-  the first 48); find_new_contacts looks at a window of NEW_CONTACT_WINDOW edges from a body's fat AABB's
-  left end (11 m: a fat AABB is ~2.5 m wide).
+  the first 48).
+- prev_shaping is float32 (the Rust port's float64): the reward is off by float32 roundings of the shaping.
 - The reset's terrain comes from jax.random (another stream than gymnasium's numpy one, same law).
 
 VERIFICATION TOLERANCE: the verifier's own, no declaration of this file's. One step from a synced state
 deviates from the reference by float32 roundings (measured over random-action and declared-policy
 states: observations up to ~3e-6, body positions and velocities ~5e-6, joint impulses ~1e-6; figures in
-bench/results/bipedal-jax-2026-11-26.txt), well inside L2's 1e-5 + 1e-4 |reference| + 125 x the
-reference's own movement under 8 float32 roundings of the state; the deviations come from XLA's sin/cos
-and operation fusion (a 1-ulp difference in a rotation, carried through 180 solver iterations), which
-is exactly what that sensitivity term measures. L3 compares synced trajectories up to each one's
+bench/results/bipedal-jax-2026-11-26.txt, before products were rounded), well inside L2's 1e-5 + 1e-4
+|reference| + 125 x the reference's own movement under 8 float32 roundings of the state. L3 compares synced trajectories up to each one's
 predictable horizon (CHAOTIC, from the sync companion), as for the Rust port. A wrong constant is not
 inside it: a motor torque of 78 instead of 80 fails L2 naming the fields (see the figures file).
 """
@@ -46,6 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.extend import core as jax_core
 
 from envs_fast.protocol import import_file, sync_companion
 
@@ -116,7 +119,6 @@ BODY_LIST = (4, 3, 2, 1, 0)  # b2World's body list (newest first)
 ISLAND_JOINTS = (3, 2, 0, 1)  # the DFS from lower1 adds the joints in this order ...
 ISLAND_JOINT_ORDER = np.array(ISLAND_JOINTS, np.int32)
 ISLAND_RANK = np.array([2, 3, 4, 1, 0], np.int32)  # ... and reaches body b as the rank[b]-th
-NEW_CONTACT_WINDOW = 24
 TOI_LOOP_CAP = 256  # b2World::SolveTOI's loop ends by itself (toi counts, disabled contacts); a bound for XLA
 
 
@@ -676,23 +678,19 @@ def _synchronize_all(world, bodies):
 
 def _find_new_contacts(world, moved):
     """b2BroadPhase::UpdatePairs + b2ContactManager::AddPair for the moved bodies: new (edge, body) pairs
-    in (min proxy id, max proxy id) order, each put at the list's head."""
-    window = jnp.arange(NEW_CONTACT_WINDOW)
-    step = F32(TERRAIN_STEP)
-    active = _active(world)
+    in (min proxy id, max proxy id) order, each put at the list's head. Every edge is a candidate: a fat
+    AABB grows by twice the body's displacement in the step, so it can span any number of edges (a leg
+    the joint solver pulls back 4.5 m, from a written state, spans 33)."""
+    edges = jnp.arange(EDGES)
+    edge_fat = jax.vmap(lambda k: _edge_fat(world, k))(edges)
+    exists = jnp.zeros((NB, EDGES), bool).at[world.cb, world.ce].max(_active(world))
 
     def candidates(b):
         fat = world.fat[b]
-        first = jnp.clip(jnp.floor((fat[0] - 1.0) / step), 0, EDGES)
-        first = jnp.where(jnp.isnan(first), 0, first).astype(i32)
-        edges = first + window
-        inside = edges < EDGES
-        e = jnp.minimum(edges, EDGES - 1)
-        overlap = jax.vmap(lambda k: _overlap(fat, _edge_fat(world, k)))(e)
-        exists = jnp.any((world.ce[None, :] == e[:, None]) & (world.cb[None, :] == b) & active[None, :], axis=1)
-        p, q = world.proxy[b], world.edge_proxy[e]
+        overlap = jax.vmap(lambda f: _overlap(fat, f))(edge_fat)
+        p, q = world.proxy[b], world.edge_proxy
         pair_key = jnp.minimum(p, q) * 4096 + jnp.maximum(p, q)
-        return e, jnp.full_like(e, b), moved[b] & inside & overlap & ~exists, pair_key
+        return edges, jnp.full_like(edges, b), moved[b] & overlap & ~exists[b], pair_key
 
     e, b, new, pair_key = jax.vmap(candidates)(jnp.arange(NB))
     e, b, new, pair_key = e.ravel(), b.ravel(), new.ravel(), pair_key.ravel()
@@ -702,7 +700,7 @@ def _find_new_contacts(world, moved):
     world = _set_awake(world, _any_per_body(b, new))
     position = jnp.arange(MAX_CONTACTS)
     from_new = position < count
-    new_index = order[jnp.minimum(position, NB * NEW_CONTACT_WINDOW - 1)]
+    new_index = order[jnp.minimum(position, NB * EDGES - 1)]
     old_index = jnp.maximum(position - count, 0)
     zeros2 = jnp.zeros((MAX_CONTACTS, 2), f32)
     pick = lambda new_value, old: jnp.where(from_new.reshape((-1,) + (1,) * (old.ndim - 1)), new_value, old[old_index])  # noqa: E731
@@ -1695,12 +1693,78 @@ def _state_from_world(world: World, terrain_y) -> State:
                  contacts.astype(f32))
 
 
+# ---------------------------------------------------------------- every product rounded, as Box2D's are
+
+# XLA's CPU compiler tells LLVM to contract a multiply feeding an add into one fused multiply-add
+# (TargetOptions.AllowFPOpFusion = Fast, "always allow FMA fusion", no flag turns it off; XLA_FLAGS
+# --xla_cpu_max_isa=AVX only hides the FMA instructions, for the whole process). An FMA rounds a*b+c
+# once where Box2D (and the Rust port) round twice, and the solver's 180 iterations carry that last bit
+# on. So the step runs through _products_rounded: every float product goes through a select LLVM cannot
+# see through, which keeps it a product of its own.
+
+_CALLS = {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
+_PRODUCTS = {"mul", "square", "integer_pow"}
+
+
+def _rounded(x):
+    """x, but not a multiply's result as far as LLVM's FMA contraction can tell (NaN stays NaN)."""
+    return lax.select(x == x, x, x + x)
+
+
+def _eval_rounding_products(jaxpr, consts, *args):
+    """Evaluate a jaxpr with _rounded after every float product, inside loops, conds and calls too."""
+    env = {}
+    read = lambda v: v.val if isinstance(v, jax_core.Literal) else env[v]  # noqa: E731
+    env.update(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        values = [read(v) for v in eqn.invars]
+        if eqn.primitive.name in _CALLS:
+            inner = next(eqn.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params)
+            out = _eval_rounding_products(inner.jaxpr, inner.consts, *values)
+        else:
+            out = eqn.primitive.bind(*values, **{k: _rounding_param(v) for k, v in eqn.params.items()})
+            out = out if eqn.primitive.multiple_results else [out]
+            if eqn.primitive.name in _PRODUCTS and jnp.issubdtype(eqn.outvars[0].aval.dtype, jnp.floating):
+                out = [_rounded(out[0])]
+        for v, x in zip(eqn.outvars, out):
+            if not isinstance(v, jax_core.DropVar):
+                env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _rounding_param(value):
+    """A primitive's parameter with its sub-jaxprs (while body and cond, cond branches, scan body) rounding."""
+    def rounding(closed):
+        avals = [v.aval for v in closed.jaxpr.invars]
+        return jax.make_jaxpr(lambda *a: _eval_rounding_products(closed.jaxpr, closed.consts, *a))(*avals)
+
+    if isinstance(value, jax_core.ClosedJaxpr):
+        return rounding(value)
+    if isinstance(value, tuple) and value and all(isinstance(v, jax_core.ClosedJaxpr) for v in value):
+        return tuple(rounding(v) for v in value)
+    return value
+
+
+def _products_rounded(fn):
+    """fn with every float product rounded on its own (see above); same arguments and results."""
+    def rounded(*args):
+        closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
+        out = _eval_rounding_products(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
+    return rounded
+
+
 # ---------------------------------------------------------------- the protocol
 
-def step(key, state: State, action):
+def _step(key, state: State, action):
     world = _world_from_state(state)
     world, obs, reward, terminated = _env_step(world, action, F32(0.0))
     return obs, _state_from_world(world, state.terrain_y), reward, terminated
+
+
+def step(key, state: State, action):
+    return _products_rounded(_step)(key, state, action)
 
 
 def _terrain(key):
@@ -1729,6 +1793,10 @@ def _terrain(key):
 def reset(key):
     """gymnasium's reset: terrain, the walker standing at the start, a random push of the hull, and the step
     with a zero action whose observation reset returns. Proxy ids are those of a fresh b2World."""
+    return _products_rounded(_reset)(key)
+
+
+def _reset(key):
     k_terrain, k_force = jax.random.split(key)
     terrain_y = _terrain(k_terrain).astype(f32)
     init_x = TERRAIN_STEP * TERRAIN_STARTPAD / 2.0
