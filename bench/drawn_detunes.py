@@ -32,13 +32,13 @@ COST_SIGMAS = 4.0            # a draw must cost at least this many sigma to be a
 def drawable(path: str = "jax-e2e") -> list[tuple[str, object]]:
     """(name, shipped value) of every constant of the shipped block that the `path` reads and that
     has a prior with something atypical to it."""
-    from orchestrator.agents.hyperparameter_block import FIXED_NAMES, read_block
+    from orchestrator.agents.hyperparameter_block import FIXED_NAMES, read_block, reads
     from orchestrator.agents.ppo_priors import prior_of
 
     out = []
     for c in read_block((REPO / TRAIN_PY).read_text()):
         prior = prior_of(c.name)
-        if c.name in FIXED_NAMES or isinstance(c.value, str) or prior is None or (c.path and c.path != path):
+        if c.name in FIXED_NAMES or isinstance(c.value, str) or prior is None or not reads(c.path, path):
             continue
         if prior.low is None and prior.usual == (False, True):
             continue

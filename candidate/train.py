@@ -22,8 +22,9 @@ trains only if verified in this run, else on the reference), then:
   envpool; e.g. BipedalWalker-v3) stepped from a Python loop, one compiled policy call and one vector
   env step per step, and the rollout learnt from by the jax-e2e path's learner (make_jax_learner:
   the same networks, statistics, GAE and PPO epochs, compiled once) with the host path's constants
-  (NUM_ENVS, NUM_STEPS, LEARNING_RATE, UPDATE_EPOCHS, NUM_MINIBATCHES). Chosen by LEARNER ("auto":
-  from a budget of JAX_HOST_MIN_BUDGET, where its compile pays for itself).
+  (NUM_STEPS, LEARNING_RATE, UPDATE_EPOCHS, NUM_MINIBATCHES) over NUM_ENVS envs (x JAX_HOST_ENVS_FACTOR
+  from a budget of JAX_HOST_BIG_BATCH_BUDGET). Chosen by LEARNER ("auto": from a budget of JAX_HOST_MIN_BUDGET, where its compile pays for
+  itself).
 - host: the same backends (and gymnasium's own vector env) stepped from a torch loop, the torch
   learner on DEVICE (LEARNER = "torch", or a budget too short to repay the JAX compile).
 After exporting, the artifact is reloaded as the harness loads it and its actions compared with the
@@ -72,6 +73,10 @@ import evaluate  # noqa: E402  (the fixed harness: constants and env factories)
 # >>> hyperparameters
 # "(host path)" constants are the jax-host path's too: the same PPO, its learning compiled in JAX
 NUM_ENVS = 32  # parallel environments (host path)
+# The jax-host path steps NUM_ENVS x this many envs from a budget of JAX_HOST_BIG_BATCH_BUDGET: its
+# compiled update costs little per sample, so a larger batch buys env steps where there is time for
+# enough updates (see JAX_HOST_BIG_BATCH_BUDGET)
+JAX_HOST_ENVS_FACTOR = 4  # (jax-host path)
 NUM_STEPS = 256  # steps per env per rollout (host path)
 LEARNING_RATE = 3e-4  # Adam, annealed linearly to 0 over the time budget (host path)
 ANNEAL_LR = True
@@ -118,6 +123,11 @@ SCALARS = ("logp", "reward", "valid", "terminated", "done", "finished_return", "
 # BipedalWalker-v3 2.4-3x at 90 s; but at load 6-7 its start-up and compile (which cannot be stopped)
 # took 16-20 s, so a 12 s run trained nothing and overran its budget by 4-8 s. From 30 s it won every run.
 JAX_HOST_MIN_BUDGET = 30.0
+# BipedalWalker-v3 at 720 s on its Rust port, 2 quiet cores (bench/results/bipedal-training-720*): 32 envs
+# trained 12.2M steps in 1,487 updates and scored 288 on the real env, 128 envs 13.5M steps in 412
+# updates and 302 (the host path: 299.5); at 120 and 240 s 32 envs scored 293 and 298 (bipedal-training-budgets);
+# CartPole-v1 at 30 s on 2 busy cores fits no update of 128 x 256 steps. In between: unmeasured.
+JAX_HOST_BIG_BATCH_BUDGET = 480.0
 EXPORT_TOLERANCE = 1e-4  # export_check: max |action difference| for Box actions (+1e-5 x |action|)
 TIE_TOLERANCE = 1e-5  # export_check, Discrete actions: a logit this close to the best is a tie
 
@@ -954,10 +964,16 @@ def make_jax_training(spec, problem, agent):
                            first_update_seconds=learn_flops(learner, N, T, E) / 1e9 + T * N * 2e-6)
 
 
+def jax_host_num_envs():
+    """The jax-host path's envs: NUM_ENVS x JAX_HOST_ENVS_FACTOR from a budget of JAX_HOST_BIG_BATCH_BUDGET,
+    NUM_ENVS below it."""
+    return NUM_ENVS * (JAX_HOST_ENVS_FACTOR if TIME_BUDGET >= JAX_HOST_BIG_BATCH_BUDGET else 1)
+
+
 def make_jax_host_training(problem, agent, raw_obs_shape, raw_obs_dtype):
     """PPO with make_jax_learner's learner over envs stepped on the host (the jax-host path): the
-    host path's algorithm and constants (NUM_ENVS, NUM_STEPS, UPDATE_EPOCHS, NUM_MINIBATCHES), the
-    learning in JAX. Returns a namespace:
+    host path's algorithm and constants (NUM_STEPS, UPDATE_EPOCHS, NUM_MINIBATCHES) over
+    jax_host_num_envs() envs, the learning in JAX. Returns a namespace:
       state                      the initial training state (weights, optimiser, statistics, bookkeeping)
       policy_step(params, obs_rms, raw_obs, noise) -> (N, 2W+1) float32 [action | env action | logp]
                                  (W = 1 for Discrete, the action size for Box): one call per env step
@@ -975,7 +991,7 @@ def make_jax_host_training(problem, agent, raw_obs_shape, raw_obs_dtype):
     from envs_fast.vector import derive_keys
 
     p = problem
-    N, T, E = NUM_ENVS, NUM_STEPS, UPDATE_EPOCHS
+    N, T, E = jax_host_num_envs(), NUM_STEPS, UPDATE_EPOCHS
     learner = make_jax_learner(p, agent, N, T, E, NUM_MINIBATCHES)
     width = 1 if p.discrete else p.act_dim
     # the envs were reset on the host: no env is due for a reset at the first step
@@ -1155,7 +1171,7 @@ def train_jax_host(spec, problem, agent):
     training = make_jax_host_training(problem, agent, obs_space.shape, obs_space.dtype)  # may refuse the Agent
     state = training.state
     T, N, W = training.num_steps, training.num_envs, training.width
-    envs = evaluate.make_vec_env(ENV_ID, NUM_ENVS, SEED, backend=spec)
+    envs = evaluate.make_vec_env(ENV_ID, N, SEED, backend=spec)
     raw_obs, _ = envs.reset(seed=SEED)
     rng = np.random.default_rng(SEED)
     lr_at = lambda progress: np.float32(LEARNING_RATE * (max(1.0 - progress, 0.02) if ANNEAL_LR else 1.0))

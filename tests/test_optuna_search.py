@@ -14,7 +14,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution
 
 from orchestrator.agents.base import AgentContext, NoMoreProposals, Outcome
-from orchestrator.agents.hyperparameter_block import format_value, read_block
+from orchestrator.agents.hyperparameter_block import format_value, read_block, reads, training_path
 from orchestrator.agents.local_search import WIDEN_EVERY, distribution_for, key_of, neighbour
 from orchestrator.agents.optuna_agent import OptunaAgent
 from tests.conftest import AUTORL_ROOT, FAST, read_results, run_daemon
@@ -221,23 +221,27 @@ def test_search_on_a_cheap_env_starts_small_and_recentres_on_the_keep(autorl_rep
     assert first["df"] == 1 and first["pooled"] == 0.0  # two identical baselines
 
 
-@pytest.mark.parametrize("backend, path", [("auto", "host"), ("gymnax", "jax-e2e")])
-def test_trials_touch_only_constants_the_training_path_reads(tmp_path, monkeypatch, backend, path):
-    # An empty verdict cache: "auto" finds no verified JAX backend for CartPole and trains on the host
-    # path; BACKEND = "gymnax" trains end to end under jit (the jax-e2e path).
+@pytest.mark.parametrize("backend, learner, path", [("auto", "auto", "jax-host"), ("auto", "torch", "host"),
+                                                    ("gymnax", "auto", "jax-e2e")])
+def test_trials_touch_only_constants_the_training_path_reads(tmp_path, monkeypatch, backend, learner, path):
+    # An empty verdict cache: "auto" finds no verified JAX backend for CartPole and trains on envpool,
+    # with the JAX learner (jax-host path: the host path's constants and its own) or, LEARNER = "torch",
+    # the torch one (host path); BACKEND = "gymnax" trains end to end under jit (the jax-e2e path).
     monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
-    text = REAL_TRAIN_PY.replace('BACKEND = "auto"', f'BACKEND = "{backend}"')
+    text = REAL_TRAIN_PY.replace('BACKEND = "auto"', f'BACKEND = "{backend}"').replace(
+        'LEARNER = "auto"', f'LEARNER = "{learner}"')
     constants = read_block(text)
+    assert training_path(constants, "CartPole-v1", AUTORL_ROOT) == path
     tagged = {c.name: c.path for c in constants}
     assert tagged["JAX_LEARNING_RATE"] == "jax-e2e" and tagged["LEARNING_RATE"] == "host" and tagged["GAMMA"] is None
+    assert tagged["JAX_HOST_ENVS_FACTOR"] == "jax-host"
     night = Night(tmp_path, text=text)
     touched = set()
     for _ in range(12):
         ctx, _, proposed = night.propose()
         touched |= set(changed(values(text), values(proposed)))
         night.tell(ctx, proposed, "discard", 0.0)
-    other = "host" if path == "jax-e2e" else "jax-e2e"
-    assert touched and not {n for n in touched if tagged[n] == other}, touched
+    assert touched and all(reads(tagged[n], path) for n in touched), touched
     assert {n for n in touched if tagged[n] is None}  # the constants both paths read stay in the search
 
 

@@ -12,7 +12,8 @@ stepping from (a foot strike, a joint at its limit, bodies asleep) are rare unde
                      # reference rerun from its start moved by one float32 rounding departs from its own run),
                      # instead of float32 shadows; past it, episode statistics by TOST
     EPISODE_OUTCOMES = {name: (final reward, terminated) -> bool}  # L3: rates compared, e.g. falls
-    TRANSFER_PPO = {"env_steps": int, "seeds": int, "margin": float, "min_score": float}
+    TRANSFER_PPO = {"env_steps": int, "seeds": int, "margin": float, "min_score": float,
+                    "train_py": {name: value}}  # optional: train.py constants set on both sides
                      # L4: PPO trained on the backend scores on the reference within the margin of PPO trained
                      # on the reference for the same env steps (ppo_transfer.py), instead of the CEM check
 """

@@ -6,8 +6,10 @@ A translation declares it in its sync companion or JAX file (declarations.py):
     TRANSFER_PPO = {"env_steps": 3_000_000,   # per training run, both sides
                     "seeds": 2,               # training seeds per side, paired (AUTORL_SEED 1..seeds)
                     "margin": 10.0,           # |mean score on the backend's side - the reference's| <= margin
-                    "min_score": 200.0}       # the reference's policies must reach it: two policies that
+                    "min_score": 200.0,       # the reference's policies must reach it: two policies that
                                               # learnt nothing agree and prove nothing
+                    "train_py": {"NAME": value}}  # optional: train.py constants the env steps were chosen
+                                              # for, set on both sides (whatever the checkout's say)
 
 For each seed and side, the checkout's candidate/train.py trains in a scratch folder, a copy of it with
 BACKEND set (the backend, or "reference") and one learner for both sides (LEARNER "jax", the jax-host
@@ -52,9 +54,9 @@ def learner_for(spec: str) -> str:
     return "torch" if functional_jax else "jax"
 
 
-def train_py_for(text: str, backend: str, learner: str) -> str:
-    """train.py's text with BACKEND and LEARNER set (whatever the checkout's lines say)."""
-    for name, value in (("BACKEND", backend), ("LEARNER", learner)):
+def train_py_for(text: str, backend: str, learner: str, constants: dict | None = None) -> str:
+    """train.py's text with BACKEND, LEARNER and `constants` set (whatever the checkout's lines say)."""
+    for name, value in (("BACKEND", backend), ("LEARNER", learner), *(constants or {}).items()):
         text, count = re.subn(rf"^{name} = .*$", f"{name} = {value!r}", text, count=1, flags=re.M)
         if count != 1:
             raise ValueError(f"candidate/train.py has no line `{name} = ...` to set")
@@ -84,7 +86,7 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
     spec = str(Path(ctx.spec).resolve()) if is_file_spec(ctx.spec) else ctx.spec
     learner = learner_for(spec)
     try:
-        texts = {side: train_py_for(train_py.read_text(), backend, learner)
+        texts = {side: train_py_for(train_py.read_text(), backend, learner, declared.get("train_py"))
                  for side, backend in (("backend", spec), ("reference", "reference"))}
     except (OSError, ValueError) as exc:
         report.add("trained on the backend (PPO)", False, f"{train_py}: {exc}")

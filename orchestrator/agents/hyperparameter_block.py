@@ -14,10 +14,11 @@ BLOCK_START = "# >>> hyperparameters"
 BLOCK_END = "# <<< hyperparameters"
 # Not learning hyperparameters: how many threads, which backend, seeds.
 FIXED_NAMES = {"TORCH_THREADS", "BACKEND"}
-PATH_TAG = re.compile(r"\((host|jax-e2e) path\)")
-# Backends train.py steps from its torch loop (host path); any other verified backend is functional
-# JAX and trains end to end (jax-e2e path) when the block has JAX_NUM_ENVS. Mirrors train.py.
-HOST_SPECS = ("envpool", "gymnasium", "reference")
+PATH_TAG = re.compile(r"\((host|jax-host|jax-e2e) path\)")
+# Backends train.py steps from a Python loop (the host path's torch learner, or the jax-host path's
+# JAX one); any other verified backend is functional JAX and trains end to end (jax-e2e path) when
+# the block has JAX_NUM_ENVS. Mirrors train.py (HOST_SPECS, is_jax_functional, choose_path).
+HOST_SPECS = ("envpool", "gymnasium", "reference", "mujoco_batch")
 
 
 class NoHyperparameterBlock(ValueError):
@@ -31,7 +32,7 @@ class Constant:
     line: int           # 0-based line index in the file
     start: int          # column span of the literal on that line
     end: int
-    path: Optional[str] = None  # "host" or "jax-e2e" when its comment says only that path reads it
+    path: Optional[str] = None  # "host", "jax-host" or "jax-e2e" when its comment names the path reading it
 
 
 def read_block(text: str) -> list[Constant]:
@@ -66,11 +67,19 @@ def read_block(text: str) -> list[Constant]:
     return constants
 
 
+def reads(tag: Optional[str], training: str) -> bool:
+    """Whether the `training` path reads a constant whose comment names path `tag`: "(host path)"
+    constants are the jax-host path's too (the same PPO, learnt in JAX), the others their path's only."""
+    return tag is None or tag == training or (tag == "host" and training == "jax-host")
+
+
 def training_path(constants: list[Constant], env_id: str, worktree: Path) -> str:
     """Which of train.py's paths will train this block: "jax-e2e" when the backend it would choose
-    is functional JAX and the block has the jax-e2e constants, else "host"."""
+    is functional JAX and the block has the jax-e2e constants; for a backend stepped from a Python
+    loop, "jax-host" when LEARNER asks for the JAX learner or leaves it to train.py ("auto", which
+    picks it for all but gymnasium's own vector env from a 30 s budget), else "host"."""
     values = {c.name: c.value for c in constants}
-    if "JAX_NUM_ENVS" not in values:
+    if "JAX_NUM_ENVS" not in values and "LEARNER" not in values:
         return "host"
     spec = values.get("BACKEND", "auto")
     if spec == "auto":
@@ -79,7 +88,12 @@ def training_path(constants: list[Constant], env_id: str, worktree: Path) -> str
         except ImportError:
             return "host"
         spec = envs_fast.choose_backend(env_id, int(values.get("NUM_ENVS", 32)), root=worktree)
-    return "host" if spec in HOST_SPECS or str(spec).endswith(".rs") else "jax-e2e"
+    learner = values.get("LEARNER", "auto")
+    if spec not in HOST_SPECS and not str(spec).endswith(".rs"):
+        return "jax-e2e" if "JAX_NUM_ENVS" in values and learner != "torch" else "host"
+    if learner == "jax" or (learner == "auto" and spec not in ("reference", "gymnasium")):
+        return "jax-host"
+    return "host"
 
 
 def format_value(value) -> str:

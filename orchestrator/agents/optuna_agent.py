@@ -46,7 +46,7 @@ from optuna.trial import TrialState
 from ..results import ResultsFile, RunFolder
 from .base import AgentContext, AgentError, NoMoreProposals, Outcome, Proposal
 from .hyperparameter_block import (TRAIN_SCRIPT, Constant, NoHyperparameterBlock, format_value, read_block,
-                                   training_path, write_block)
+                                   reads, training_path, write_block)
 from .local_search import LocalSearch, clip, search_space, widened
 
 STUDY_NAME = "autorl"
@@ -137,7 +137,7 @@ class OptunaAgent:
         current = {c.name: c.value for c in constants}
         training = training_path(constants, ctx.env_id, Path(ctx.worktree))
         read_by = {c.name: c.path for c in constants}
-        space = {n: d for n, d in self.space(constants).items() if n in current and read_by[n] in (None, training)}
+        space = {n: d for n, d in self.space(constants).items() if n in current and reads(read_by[n], training)}
         if not space:
             raise AgentError(f"nothing to tune in {TRAIN_SCRIPT}'s hyperparameter block for its {training} path "
                              f"(--optuna-params may name only constants the other path reads)")

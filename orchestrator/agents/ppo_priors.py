@@ -59,6 +59,9 @@ PRIORS: dict[str, Prior] = {
     "NORM_REWARD": Prior(True, usual=(True,), source="CleanRL NormalizeReward; SB3 VecNormalize"),
     "OBS_CLIP": Prior(10.0, 5.0, 10.0, source="CleanRL clip 10; SB3 clip_obs 10"),
     "REWARD_CLIP": Prior(10.0, 5.0, 10.0, source="CleanRL clip 10; SB3 clip_reward 10"),
+    # the jax-host path's envs over the host path's NUM_ENVS (no literature value of its own: a factor
+    # that keeps NUM_ENVS x it within PureJaxRL's 4-4096 envs at CleanRL's 4-64)
+    "JAX_HOST_ENVS_FACTOR": Prior(1, 1, 64, source="none of its own: NUM_ENVS x factor within PureJaxRL's 4-4096 envs"),
     # the jax-e2e path: PureJaxRL's configs (classic control: 4 envs x 128 steps, 4 epochs, 4 minibatches)
     "JAX_NUM_ENVS": Prior(4, 4, 4096, source="PureJaxRL 4 (classic) / 2048 (brax)"),
     "JAX_NUM_STEPS": Prior(128, 8, 512, source="PureJaxRL 128 (classic) / 10 (brax)"),
