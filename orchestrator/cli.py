@@ -212,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     transfer = sub.add_parser(
         "transfer", help="train the run's starting and best train.py on other envs (transfer.tsv/png)",
         description="Train the run's starting train.py and its best on each env with the same budget and seeds, "
-                    "through the run's runner; score with its harness. Finished cells are not retrained.")
+                    "through the run's runner; score with its harness. Before an env's first cell, the backends "
+                    "the start commit ships for it are verified (L1-L3) and benchmarked as at setup, so it trains "
+                    "on its fastest verified one. Finished cells are not retrained.")
     transfer.add_argument("--tag", help="the run (default: the latest)")
     transfer.add_argument("--envs", required=True, metavar="ENV,ENV",
                           help="comma-separated env ids, e.g. Hopper-v5,Walker2d-v5,HalfCheetah-v5,Ant-v5")

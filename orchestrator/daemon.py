@@ -206,6 +206,27 @@ class _Progress:
 progress = _Progress()
 
 
+@contextmanager
+def logging_into(path: Path):
+    """While inside, the daemon's log lines (INFO and up) also go to the file `path` (a command's own
+    log, e.g. transfer's); what else logging does is left as it was."""
+    handler = logging.FileHandler(path)
+    formatter = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%SZ")
+    formatter.converter = time.gmtime
+    handler.setFormatter(formatter)
+    handler.setLevel(logging.INFO)
+    level = log.level
+    if log.getEffectiveLevel() > logging.INFO:
+        log.setLevel(logging.INFO)
+    log.addHandler(handler)
+    try:
+        yield
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+        log.setLevel(level)
+
+
 def setup_logging(run_dir: Optional[Path] = None) -> None:
     """One line per event to stdout and results/<tag>/daemon.log (works under nohup, no TTY)."""
     formatter = logging.Formatter("%(asctime)s %(levelname)s %(message)s", "%Y-%m-%dT%H:%M:%SZ")

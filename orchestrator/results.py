@@ -250,10 +250,14 @@ class RunFolder:
     def exp(self, exp: int) -> "ExpFolder":
         return ExpFolder(self.path / f"exp-{exp:04d}")
 
+    def transfer_env(self, env_id: str) -> Path:
+        """`transfer`'s folder of one env: transfer/Hopper-v5/ (its cells, its setup/ and backend.json)."""
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)
+        return self.path / self.TRANSFER / safe
+
     def transfer_cell(self, env_id: str, which: str, seed: int) -> "ExpFolder":
         """One train-and-score of `transfer`: e.g. transfer/Hopper-v5/best-seed1/."""
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in env_id)
-        return ExpFolder(self.path / self.TRANSFER / safe / f"{which}-seed{seed}")
+        return ExpFolder(self.transfer_env(env_id) / f"{which}-seed{seed}")
 
 
 class ExpFolder:

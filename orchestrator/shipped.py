@@ -9,6 +9,12 @@ commit, scratch cache, only the expected record merged back). A verdict or bench
 an earlier run for the same content, verifier and package versions comes from the user-level cache
 instead (orchestrator/usercache.py), so the second run on an env pays close to nothing. What training
 will use, and why, goes to daemon.log and to results/<tag>/backend.json (which `status` shows).
+For a MuJoCo env envpool (trusted without a verdict, its MuJoCo build the engine backends' close
+rival) is benchmarked beside them, so that choose_backend ranks it by a figure measured here.
+
+`transfer` does the same for each env it trains on (a `Stage` of its own: the reports under
+results/<tag>/transfer/<env>/setup/, the choice in results/<tag>/transfer/<env>/backend.json), into
+the run's one verdict cache, whose records name their env.
 """
 from __future__ import annotations
 
@@ -37,6 +43,24 @@ BACKEND_JSON = "backend.json"   # results/<tag>/backend.json: what the baseline 
 VERIFY_WORKERS = 3              # verifications at once (compile-bound; the benchmarks run one at a time)
 
 
+@dataclass(frozen=True)
+class Stage:
+    """Who verifies what a commit ships, and where the files go: a run's setup (`Stage.setup`:
+    results/<tag>/setup/<backend>/ and results/<tag>/backend.json), or `transfer` for one of its envs."""
+    name: str     # what log lines start with: "setup", "transfer Hopper-v5"
+    when: str     # how a verdict reached here is told: "at setup", "by transfer"
+    home: Path    # holds SETUP/<backend>/ (each verification's report, the benchmark) and BACKEND_JSON
+    before: str = ""  # how one found in the run's cache is told (default: `when`, a resumed stage's own)
+
+    @classmethod
+    def setup(cls, folder: RunFolder) -> "Stage":
+        return cls("setup", "at setup", folder.path)
+
+    def saved_choice(self) -> dict:
+        """backend.json of an earlier pass of this stage ({} when there is none)."""
+        return read_json(self.home / BACKEND_JSON)
+
+
 @dataclass
 class Shipped:
     """One backend the start commit ships, as setup finds it."""
@@ -45,6 +69,7 @@ class Shipped:
     folder: ExpFolder             # results/<tag>/setup/<name>/
     passed: Optional[bool] = None
     how: str = ""                 # "verified at setup", "verified by an earlier run", or why it failed
+                                  # (an unverified rival, envpool: "trusted without a verdict")
     figures: dict = field(default_factory=dict)   # the benchmark's JSON (train_sps, train_path, ...)
 
     @property
@@ -81,7 +106,24 @@ def shipped_specs(env_id: str, workspace: Workspace, commit: str, environment: O
 
 
 def saved_choice(folder: RunFolder) -> dict:
-    return read_json(folder.path / BACKEND_JSON)
+    return Stage.setup(folder).saved_choice()
+
+
+def unverified_rivals(env_id: str, specs: list[str], environment: Optional[dict] = None) -> list[str]:
+    """What training may use without a verdict and is benchmarked beside `specs`, so that a measured
+    figure ranks it (choose_backend: it must be STATISTICAL_MARGIN times as fast as what is verified
+    state by state): envpool for the MuJoCo envs an engine backend covers (envpool's MuJoCo build is
+    their close rival: bench/results/mujoco-batch-2026-11-26.txt), unless a cached verdict fails it.
+    Elsewhere a translation outruns envpool by far, and setup leaves it unmeasured."""
+    from envs_fast.cache import cached_verdict
+    from envs_fast.portability import engine_backends
+
+    if not set(specs) & set(engine_backends(env_id)):
+        return []
+    from envs_fast.envpool_backend import envpool_supports
+
+    verdict = cached_verdict("envpool", env_id, environment)
+    return ["envpool"] if envpool_supports(env_id) and (verdict is None or verdict.get("passed")) else []
 
 
 def choice_line(choice: dict) -> str:
@@ -91,37 +133,43 @@ def choice_line(choice: dict) -> str:
 
 
 def verify_at_setup(config: RunConfig, folder: RunFolder, workspace: Workspace, runner: Runner,
-                    journal: InFlight, stop_requested) -> Optional[dict]:
-    """Verify and benchmark what config.base_commit ships for the env into the run's cache (or take
-    the records from the user cache); write backend.json and log the choice. None when stopped."""
+                    journal: InFlight, stop_requested, stage: Optional[Stage] = None) -> Optional[dict]:
+    """Verify and benchmark what config.base_commit ships for config.env_id into the run's cache (or
+    take the records from the user cache); write the stage's backend.json (default: the run's setup)
+    and log the choice. `runner` works for config.env_id. None when stopped."""
+    stage = stage or Stage.setup(folder)
     started = time.monotonic()
     verify_cache = folder.verify_cache
     user = UserCache(user_cache_dir(), verify_cache)
-    commit = config.base_commit
-    specs = shipped_specs(config.env_id, workspace, commit, runner.record_environment())
-    journal.set_waiting(f"setting up: verifying the backends {commit[:7]} ships ({', '.join(specs) or 'none'})")
+    commit, environment = config.base_commit, runner.record_environment()
+    specs = shipped_specs(config.env_id, workspace, commit, environment)
+    journal.set_waiting(f"{'setting up' if stage.name == 'setup' else stage.name}: verifying the backends "
+                        f"{commit[:7]} ships ({', '.join(specs) or 'none'})")
     try:
         with tempfile.TemporaryDirectory(prefix="autorl-setup-") as scratch:
             paths = [p for spec in specs if is_file_spec(spec) for p in translation_files(spec)] + [TRAIN_SCRIPT]
             copy = workspace.extract(commit, Path(scratch) / "commit", paths)
             backends = [Shipped(spec, str(copy / spec) if is_file_spec(spec) else spec,
-                                ExpFolder(folder.path / SETUP / Path(spec).name)) for spec in specs]
+                                ExpFolder(stage.home / SETUP / Path(spec).name)) for spec in specs]
             for backend in backends:
                 backend.folder.path.mkdir(parents=True, exist_ok=True)
             where = f"bench/{bench_context(copy)}"
-            if not _verify_all(backends, config, runner, user, commit) or stop_requested():
-                log.info("setup stopped before its verification ended; a resumed run does it again")
+            if not _verify_all(backends, config, runner, user, commit, stage) or stop_requested():
+                log.info("%s stopped before its verification ended; it is done again next time", stage.name)
                 return None
-            if not _bench_all([b for b in backends if b.passed], config, folder, runner, user, commit, where) \
-                    and stop_requested():
-                log.info("setup stopped during the benchmark; a resumed run does it again")
+            passed = [b for b in backends if b.passed]
+            rivals = [Shipped(spec, spec, ExpFolder(stage.home / SETUP / spec), how="trusted without a verdict")
+                      for spec in unverified_rivals(config.env_id, [b.spec for b in passed], environment)]
+            if not _bench_all(passed + rivals, config, runner, user, commit, where, stage) and stop_requested():
+                log.info("%s stopped during the benchmark; it is done again next time", stage.name)
                 return None
-            choice = _choose(config.env_id, copy, verify_cache, backends, runner.record_environment())
+            choice = _choose(config.env_id, copy, verify_cache, backends, environment, rivals, stage)
     finally:
         journal.set_waiting(None)
     choice["setup_seconds"] = round(time.monotonic() - started, 1)
-    _write_json(folder.path / BACKEND_JSON, choice)
-    log.info("%s [setup %.1fs]", choice_line(choice), choice["setup_seconds"])
+    _write_json(stage.home / BACKEND_JSON, choice)
+    log.info("%s%s [%s %.1fs]", "" if stage.name == "setup" else f"{stage.name}: ", choice_line(choice),
+             stage.name, choice["setup_seconds"])
     return choice
 
 
@@ -134,7 +182,8 @@ def skipped(folder: RunFolder, why: str) -> dict:
 
 
 # ---------------------------------------------------------------- verify
-def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user: UserCache, commit: str) -> bool:
+def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user: UserCache, commit: str,
+                stage: Stage) -> bool:
     """Each backend's verdict, from the run's cache, the user cache, or the verifier (several at
     once). False when a verification was interrupted."""
     from envs_fast.cache import record_name
@@ -142,34 +191,37 @@ def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user
     todo, where = [], runner.record_environment()  # records are named as training's processes name them
     for backend in backends:
         name = record_name("verdict", backend.local, config.env_id, where)
-        ours = (user.run_cache / name).is_file()  # a resumed setup's own verdict
+        ours = (user.run_cache / name).is_file()  # a resumed setup's own verdict (or the run's, for transfer)
         if ours or user.lend(name):
             backend.passed = bool(read_json(user.run_cache / name).get("passed"))
-            backend.how = _verified(user.run_cache / name, "at setup" if ours else "by an earlier run (user cache)")
+            backend.how = _verified(user.run_cache / name,
+                                    (stage.before or stage.when) if ours else "by an earlier run (user cache)")
             _lend_library(backend, user)
-            log.info("setup: %s: %s", backend.spec, backend.how if backend.passed else "a cached verdict FAILED")
+            log.info("%s: %s: %s", stage.name, backend.spec,
+                     backend.how if backend.passed else "a cached verdict FAILED")
         else:
             todo.append((backend, name))
     if not todo:
         return True
-    log.info("setup: verifying %s at L1-L3 before the baseline", ", ".join(b.spec for b, _ in todo))
+    log.info("%s: verifying %s at L1-L3 for %s before training on it", stage.name, ", ".join(b.spec for b, _ in todo),
+             config.env_id)
 
     def verify(item: tuple[Shipped, str]) -> bool:
         backend, name = item
-        outcome = runner.verify(Slot(0, backend.folder, f"setup {backend.spec}"), commit, backend.spec, 0)
+        outcome = runner.verify(Slot(0, backend.folder, f"{stage.name} {backend.spec}"), commit, backend.spec, 0)
         if outcome.interrupted:
             return False
         backend.passed = outcome.passed
         if outcome.passed:
-            backend.how = _verified(user.run_cache / name, "at setup")
+            backend.how = _verified(user.run_cache / name, stage.when)
             user.keep(name)
             _keep_library(backend, user)
-            log.info("setup: %s %s", backend.spec, backend.how)
+            log.info("%s: %s %s", stage.name, backend.spec, backend.how)
         else:
             report = backend.folder.verify_round(0)[1]
             backend.how = f"verification failed (exit {outcome.returncode}): {first_failing_line(outcome.report)}"
-            log.warning("setup: %s FAILED verification (report %s): %s; training falls back to another backend",
-                        backend.spec, report, first_failing_line(outcome.report))
+            log.warning("%s: %s FAILED verification (report %s): %s; training falls back to another backend",
+                        stage.name, backend.spec, report, first_failing_line(outcome.report))
         return True
 
     with ThreadPoolExecutor(max_workers=min(VERIFY_WORKERS, len(todo))) as pool:
@@ -216,8 +268,8 @@ def _keep_library(backend: Shipped, user: UserCache) -> None:
 
 
 # ---------------------------------------------------------------- bench
-def _bench_all(backends: list[Shipped], config: RunConfig, folder: RunFolder, runner: Runner, user: UserCache,
-               commit: str, where: str) -> bool:
+def _bench_all(backends: list[Shipped], config: RunConfig, runner: Runner, user: UserCache, commit: str, where: str,
+               stage: Stage) -> bool:
     """Each verified backend's throughput record in the run's cache and its figures: from the user
     cache when an earlier run on this machine measured the same content with the same train.py
     constants, else all the others measured side by side in one process (their figures under one
@@ -235,12 +287,13 @@ def _bench_all(backends: list[Shipped], config: RunConfig, folder: RunFolder, ru
     if not todo:
         return True
     seconds = max(0.5, config.bench_seconds / 2)
-    json_path = folder.path / SETUP / "bench.json"
-    log.info("setup: benchmarking %s side by side (%gs per figure)", ", ".join(b.spec for b, _ in todo), seconds)
-    results = runner.bench_side_by_side(Slot(0, ExpFolder(folder.path / SETUP), "setup benchmark"), commit,
+    json_path = stage.home / SETUP / "bench.json"
+    log.info("%s: benchmarking %s side by side (%gs per figure)", stage.name, ", ".join(b.spec for b, _ in todo),
+             seconds)
+    results = runner.bench_side_by_side(Slot(0, ExpFolder(stage.home / SETUP), f"{stage.name} benchmark"), commit,
                                         [b.spec for b, _ in todo], json_path, seconds)
     if not results:
-        log.warning("setup: the benchmark failed (see %s)", json_path.with_suffix(".log"))
+        log.warning("%s: the benchmark failed (see %s)", stage.name, json_path.with_suffix(".log"))
         return False
     for (backend, name), figures in zip(todo, results):
         backend.figures = figures
@@ -251,20 +304,22 @@ def _bench_all(backends: list[Shipped], config: RunConfig, folder: RunFolder, ru
 
 
 # ---------------------------------------------------------------- the choice
-def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped], environment: Optional[dict]) -> dict:
+def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped], environment: Optional[dict],
+            rivals: list[Shipped], stage: Stage) -> dict:
     """What train.py's `auto` picks in the start commit with the run's cache (where training runs:
-    `environment`), and why."""
+    `environment`), and why. `rivals`: the unverified backends benchmarked beside them (envpool)."""
     import envs_fast
     from envs_fast.bench import train_num_envs
     from envs_fast.cache import cache_dir
 
     assert cache_dir() == verify_cache, "setup reads the run's verdict cache (AUTORL_VERIFY_CACHE)"
     chosen = envs_fast.choose_backend(env_id, train_num_envs(copy), root=copy, environment=environment)
-    by_local = {b.local: b for b in backends}
+    by_local = {b.local: b for b in backends + rivals}
     winner = by_local.get(chosen)
     summary = [{"backend": b.spec, "passed": b.passed, "how": b.how, "train_sps": b.figures.get("train_sps"),
-                "train_path": b.figures.get("train_path"), "report": str(b.folder.verify_round(0)[1])}
-               for b in backends]
+                "train_path": b.figures.get("train_path"),
+                "report": str(b.folder.verify_round(0)[1]) if b.passed is not None else None}
+               for b in backends + rivals]
     if winner is not None:
         figures = winner.figures
         spec, path = winner.spec, figures.get("train_path") or ("host" if is_rust_spec(winner.spec) else "?")
@@ -272,6 +327,16 @@ def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped]
         if figures.get("train_sps"):
             why += (f", {_sps(figures['train_sps'])} train sps vs {_sps(figures.get('reference_sps'))} "
                     f"reference (one gymnasium env)")
+        margin = f"{envs_fast.STATISTICAL_MARGIN:g}x"
+        if winner.passed:  # what it beat without a verdict, which has to be `margin` as fast to win
+            others = [b for b in rivals if b.figures.get("train_sps")]
+            if others:
+                why += "; " + ", ".join(f"{b.spec} {_sps(b.figures['train_sps'])}" for b in others) + \
+                    f" unverified (it would need {margin})"
+        else:  # an unverified rival won: by `margin` over what is verified
+            others = [b for b in backends if b.passed and b.figures.get("train_sps")]
+            if others:
+                why += f", over {margin} " + ", ".join(f"{b.spec}'s {_sps(b.figures['train_sps'])}" for b in others)
     else:
         spec, path = chosen, "host"
         failed = [b.spec for b in backends if b.passed is False]
@@ -283,7 +348,7 @@ def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped]
             # the verifier ran on the commit's envs_fast, whose source names the records; this daemon's differs
             reason = ("a verified backend's verdict is not found under the name this checkout's envs_fast gives "
                       "it (uncommitted changes in envs_fast/? commit them before a run)")
-            log.warning("setup: %s", reason)
+            log.warning("%s: %s", stage.name, reason)
         else:
             reason = "the cached figures rank it above the shipped backends"
         what = {"envpool": "envpool (trusted without a verdict)",
