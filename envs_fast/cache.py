@@ -71,10 +71,13 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def _verifier_hash() -> str:
+def verifier_hash(package_dir: Path | None = None) -> str:
+    """The hash of envs_fast's decisive sources, this process's or those of a copy of envs_fast
+    (`package_dir`: a snapshot's, a run's worktree's): a part of every record's key."""
+    package_dir = package_dir or PACKAGE_DIR
     digest = hashlib.sha256()
-    for path in decisive_sources():
-        digest.update(path.relative_to(PACKAGE_DIR).as_posix().encode())
+    for path in decisive_sources(package_dir):
+        digest.update(path.relative_to(package_dir).as_posix().encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()
 
@@ -111,10 +114,17 @@ def rustc() -> str:
 
 
 def environment() -> dict:
-    """What this process's records are keyed by besides the backend, the env and envs_fast's source:
-    the interpreter, the packages, the machine, the Rust compiler. The daemon keys the records of a
-    Modal run by its containers' (`record_name(..., environment=)`), which they report."""
-    return {"python": interpreter(), "versions": package_versions(), "machine": machine(), "rustc": rustc()}
+    """What this process's records are keyed by besides the backend and the env: the interpreter,
+    the packages, the machine, the Rust compiler and envs_fast's decisive source. The daemon names
+    the records of a Modal run by its containers' (`record_name(..., environment=)`), which they
+    report; a local run's by the envs_fast its processes run (the run's commit, not the daemon's)."""
+    return {"python": interpreter(), "versions": package_versions(), "machine": machine(), "rustc": rustc(),
+            "envs_fast": verifier_hash()}
+
+
+def _field(environment: dict | None, name: str, current):
+    """`environment`'s value of `name`, or this process's (`current()`) where it does not say."""
+    return environment[name] if environment and name in environment else current()
 
 
 def backend_identity(spec: str, env_id: str, environment: dict | None = None) -> str:
@@ -123,10 +133,10 @@ def backend_identity(spec: str, env_id: str, environment: dict | None = None) ->
         companion = sync_companion(spec)
         identity = "file:" + file_hash(spec) + (":" + file_hash(companion) if companion.is_file() else "")
         if is_rust_spec(spec):  # and the compiler
-            identity += ":" + (environment["rustc"] if environment else rustc())
+            identity += ":" + _field(environment, "rustc", rustc)
         return identity
     package = {"reference": "gymnasium", "mujoco_batch": "mujoco", "mjx": "mujoco-mjx"}.get(spec, spec)  # their .py: in every key
-    versions = environment["versions"] if environment else package_versions()
+    versions = _field(environment, "versions", package_versions)
     return f"{spec}:{versions.get(package, 'missing')}"
 
 
@@ -139,12 +149,14 @@ def runs_jax(spec: str) -> bool:
 
 def key_inputs(spec: str, env_id: str, kind: str = "verdict", environment: dict | None = None) -> dict:
     """Everything a record of `kind` ("verdict" or "bench") depends on, in `environment` (None: this
-    process's). A throughput figure depends on the whole machine; a JAX backend's verdict on its
-    accelerator (a verdict reached on a CPU says nothing of the same code compiled for a GPU)."""
-    env = environment or {"python": interpreter(), "versions": package_versions()}
-    inputs = {"backend": backend_identity(spec, env_id, environment), "env_id": env_id, "versions": env["versions"],
-              "python": env["python"], "envs_fast": _verifier_hash()}
-    here = (environment or {}).get("machine") or machine()
+    process's, field by field). A throughput figure depends on the whole machine; a JAX backend's
+    verdict on its accelerator (a verdict reached on a CPU says nothing of the same code compiled for
+    a GPU)."""
+    inputs = {"backend": backend_identity(spec, env_id, environment), "env_id": env_id,
+              "versions": _field(environment, "versions", package_versions),
+              "python": _field(environment, "python", interpreter),
+              "envs_fast": _field(environment, "envs_fast", verifier_hash)}
+    here = _field(environment, "machine", machine)
     if kind == "bench":
         inputs["machine"] = here
     elif runs_jax(spec):

@@ -345,9 +345,9 @@ def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped]
         elif len(failed) == len(backends):
             reason = f"no shipped backend passed verification ({', '.join(failed)} failed)"
         elif any(b.passed and envs_fast.cache.cached_verdict(b.local, env_id, environment) is None for b in backends):
-            # the verifier ran on the commit's envs_fast, whose source names the records; this daemon's differs
-            reason = ("a verified backend's verdict is not found under the name this checkout's envs_fast gives "
-                      "it (uncommitted changes in envs_fast/? commit them before a run)")
+            # the verifier's records are named by the run's envs_fast (runner.record_environment()): a
+            # record that is not there was lost (a cache folder removed during setup)
+            reason = "a verified backend's verdict is no longer in the run's cache (removed during setup?)"
             log.warning("%s: %s", stage.name, reason)
         else:
             reason = "the cached figures rank it above the shipped backends"

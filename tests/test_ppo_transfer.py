@@ -64,6 +64,14 @@ def test_ppo_trained_on_a_faithful_port_scores_as_ppo_trained_on_the_reference(t
     again, again_checks = l4(root, port, kept)
     assert again_checks[transfer.name].detail == transfer.detail
     assert {path: path.stat().st_mtime_ns for path in kept.glob("*/train.log")} == logs
+    # a changed port (one more translate experiment) trains its own side again; the reference's runs,
+    # which it does not decide, are reused (hours each on a physics scene)
+    port.write_text(port.read_text() + "\n// one more change\n")
+    cache.store_verdict(str(port), "CartPole-v1", [1, 2, 3], True, "L1-L3 passed (test verdict)")
+    changed, changed_checks = l4(root, port, kept)
+    assert changed.passed, changed.checks
+    retrained = {path.parent.name for path in kept.glob("*/train.log") if path.stat().st_mtime_ns != logs[path]}
+    assert retrained == {"backend-seed1"}
 
 
 def test_ppo_trained_on_a_mirrored_port_fails_transfer_with_its_scores(tmp_path, verdicts):

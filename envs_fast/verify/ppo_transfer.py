@@ -20,8 +20,9 @@ every artifact on the reference env (100 episodes from a seed no training run re
 backend trains only with a passing L1-L3 verdict, as in a night.
 
 Hours at the declared steps on 2 cores: with `--l4-dir DIR` every run's folder (train.log, policy.pt,
-run.json) is kept there, and a run whose run.json matches (backend content, train.py text, env steps,
-seed, side) is not trained again, so a stopped check resumes.
+run.json) is kept there, and a run whose run.json matches (what its side trains on: the backend's content
+or gymnasium's version; train.py text, env steps, seed, side) is not trained again, so a stopped check
+resumes and a changed port retrains only its own side.
 """
 from __future__ import annotations
 
@@ -99,7 +100,9 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
         for seed in range(1, seeds + 1):
             for side in ("backend", "reference"):
                 folder = work / f"{side}-seed{seed}"
-                identity = {"backend": backend_identity(ctx.spec, ctx.env_id), "env_id": ctx.env_id, "side": side,
+                # a side's runs are decided by what it trains on: the port's changes leave the reference's
+                trains_on = ctx.spec if side == "backend" else "reference"
+                identity = {"backend": backend_identity(trains_on, ctx.env_id), "env_id": ctx.env_id, "side": side,
                             "train_py": hashlib.sha256(texts[side].encode()).hexdigest(), "env_steps": env_steps,
                             "seed": seed, "eval_seed": eval_seed}
                 trained = finished_run(folder, identity)

@@ -131,7 +131,8 @@ class Runner(Protocol):
 
     def record_environment(self) -> Optional[dict]:
         """Where training runs, as the run's verdict records are named by it (envs_fast.cache's
-        `environment()`): None for this machine (local), a container's on Modal."""
+        `environment()`, field by field: what it leaves out is this process's): the run's envs_fast
+        on this machine (local), a container's whole environment on Modal."""
 
     def hosting_usd(self, seconds: float) -> float:
         """What `seconds` of the machine the daemon itself runs on cost: nothing on the user's own

@@ -222,7 +222,7 @@ class LocalRunner:
         """Copy one record the daemon expects from a scratch cache into the run's cache."""
         from envs_fast import cache as verdicts
 
-        name = verdicts.record_name(kind, spec, self.settings.config.env_id)
+        name = verdicts.record_name(kind, spec, self.settings.config.env_id, self.record_environment())
         if (cache / name).is_file():
             shutil.copyfile(cache / name, self.settings.verify_cache / name)
         else:
@@ -290,7 +290,13 @@ class LocalRunner:
         return results
 
     def record_environment(self) -> Optional[dict]:
-        return None  # this machine: records are named as this process names them
+        """This machine, and the envs_fast the run's processes import: the run's worktree's, which
+        may differ from this daemon's checkout (a night --from an older commit, a checkout edited
+        since); a run's experiments cannot change it (they edit train.py or a translation)."""
+        from envs_fast.cache import verifier_hash
+
+        package = self.workspace.path / "envs_fast"
+        return {"envs_fast": verifier_hash(package)} if package.is_dir() else None
 
     def hosting_usd(self, seconds: float) -> float:
         return 0.0  # the user's own machine
