@@ -122,10 +122,12 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
 SINGLE_REFERENCE = "one gymnasium env"
 
 
-def bench_side_by_side(env_id: str, specs: list[str], seconds: float = 3.0, seed: int = 0, root=None) -> list[dict]:
-    """The `--figures train` result of each backend, all measured in one process in interleaved
-    rounds with one reference: what ranking backends needs (the daemon's setup), with their
-    figures taken under the same load and without a start-up and a reference per backend."""
+def bench_side_by_side(env_id: str, specs: list[str], seconds: float = 3.0, seed: int = 0, root=None,
+                       rounds: int = 4) -> list[dict]:
+    """The `--figures train` result of each backend, all measured in one process in `rounds`
+    interleaved rounds with one reference: what ranking backends needs (the daemon's setup), with
+    their figures taken under the same load and without a start-up and a reference per backend.
+    Each result's `round_train_sps` is its figure in every round, paired with the others' by round."""
     check_env_id(env_id)
     adapter_num_envs = train_num_envs()
     specs = [resolve_spec(spec, env_id, root) for spec in specs]
@@ -135,9 +137,10 @@ def bench_side_by_side(env_id: str, specs: list[str], seconds: float = 3.0, seed
         runners, paths = {SINGLE_REFERENCE: reference_runner(env_id, seed)}, {}
         for spec in specs:
             paths[spec], runners[spec] = _train_runner(spec, env_id, adapter_num_envs, seed, root)
-        sps = measure(runners, seconds)
-    return [_result(env_id, spec, paths[spec], sps[spec], sps[SINGLE_REFERENCE], seconds, adapter_num_envs, root)
-            for spec in specs]
+        per_round: dict[str, list[float]] = {}
+        sps = measure(runners, seconds, rounds, per_round)
+    return [{**_result(env_id, spec, paths[spec], sps[spec], sps[SINGLE_REFERENCE], seconds, adapter_num_envs, root),
+             "round_train_sps": per_round[spec]} for spec in specs]
 
 
 def _train_runner(spec: str, env_id: str, adapter_num_envs: int, seed: int, root):
@@ -214,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
                              f"{DEFAULT_VECTOR_NUM_ENVS} for envpool/reference)")
     parser.add_argument("--adapter-num-envs", type=int, default=None, help="envs for the adapter figure (default: train.py's NUM_ENVS)")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="interleaved rounds the seconds are split into, side by side (default 4)")
     parser.add_argument("--figures", choices=FIGURES, default="all",
                         help="all (default), or train: only train_sps and the reference's, to rank backends")
     parser.add_argument("--json", metavar="FILE")
@@ -221,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
-    if (args.num_envs is not None and args.num_envs < 1) or args.seconds <= 0 or (args.adapter_num_envs is not None and args.adapter_num_envs < 1):
-        print("error: --num-envs/--adapter-num-envs must be >= 1 and --seconds > 0", file=sys.stderr)
+    if ((args.num_envs is not None and args.num_envs < 1) or args.seconds <= 0 or args.rounds < 1
+            or (args.adapter_num_envs is not None and args.adapter_num_envs < 1)):
+        print("error: --num-envs/--adapter-num-envs/--rounds must be >= 1 and --seconds > 0", file=sys.stderr)
         return 2
     several = len(args.backend) > 1
     if several and (args.figures != "train" or "auto" in args.backend or args.num_envs or args.adapter_num_envs):
@@ -231,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         if several:
-            results = bench_side_by_side(args.env, args.backend, args.seconds)
+            results = bench_side_by_side(args.env, args.backend, args.seconds, rounds=args.rounds)
             output = {"side_by_side": results}
         else:
             results = [bench(args.env, args.backend[0], args.num_envs, args.seconds, args.adapter_num_envs,

@@ -21,21 +21,28 @@ class Runner:
         self.run_once, self.close = run_once, close
 
 
-def measure(runners: dict[str, Runner], seconds: float, rounds: int = 4) -> dict[str, float]:
+def measure(runners: dict[str, Runner], seconds: float, rounds: int = 4,
+            per_round: dict[str, list[float]] | None = None) -> dict[str, float]:
     """Steps per second of each runner, `seconds` each, measured in interleaved rounds so that all
-    figures (and hence their ratios) see the same load on a shared machine."""
+    figures (and hence their ratios) see the same load on a shared machine; every other round in
+    reverse order, so that none is always measured first. `per_round`, when given, receives each
+    runner's figure of every round (paired by round: what a ratio's spread is estimated from)."""
     steps = {name: 0 for name in runners}
     spent = {name: 0.0 for name in runners}
     try:
-        for _ in range(rounds):
-            for name, runner in runners.items():
-                started = time.perf_counter()
+        for index in range(rounds):
+            order = list(runners.items())
+            for name, runner in (order if index % 2 == 0 else order[::-1]):
+                started, done = time.perf_counter(), 0
                 while True:
-                    steps[name] += runner.run_once()
+                    done += runner.run_once()
                     elapsed = time.perf_counter() - started
                     if elapsed >= seconds / rounds:
                         break
+                steps[name] += done
                 spent[name] += elapsed
+                if per_round is not None:
+                    per_round.setdefault(name, []).append(done / elapsed)
     finally:
         for runner in runners.values():
             runner.close()

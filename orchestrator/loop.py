@@ -17,6 +17,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
+from envs_fast.protocol import is_file_spec, translation_files
+
 from .agents.base import NoMoreProposals, Outcome
 from .artifacts import TRAIN_SCRIPT
 from .config import Limits, RunConfig, RunError
@@ -26,8 +28,9 @@ from .guard import Guard
 from .report import refresh as refresh_report
 from .inflight import InFlight, recorded
 from .keep_rule import Noise, best_evidence, night_noise, write_decision
-from .phases import (PHASES, Confirm, Incumbent, Phase, RepairRound, TrainPhase, TranslatePhase, TranslateTrial,
-                     Verdict, Verify, concluding_order, decision_record, incumbent_of, judge, translate_languages)
+from .phases import (INCUMBENT_FOLDER, PAIR_BENCH_FACTOR, PHASES, BenchPair, Confirm, Incumbent, Phase, RepairRound,
+                     TrainPhase, TranslatePhase, TranslateTrial, Verdict, Verify, concluding_order, decision_record,
+                     incumbent_of, judge, translate_languages)
 from .ledger import Ledger
 from .results import ResultsFile, Row, RunFolder, read_json
 from .runners import Runner, Slot, cancel_handle
@@ -316,6 +319,8 @@ class Run:
                     return self.runner.verify(slot, request.commit, request.spec, request.round_)
                 if isinstance(request, RepairRound):
                     return self.turns.repair(c, phase, request.failure, request.round_)
+                if isinstance(request, BenchPair):
+                    return self._bench_pair(slot, request)
                 return self.runner.bench(slot, request.commit, request.spec, request.json_path)
 
             trial = TranslateTrial(slot=slot, commit=c.commit, previous_best=self.best_commit,
@@ -326,6 +331,17 @@ class Run:
             c.verdict = judge(phase.judge(trial), answer)
             self._check_run_files([c])
         self._conclude(c, phase)
+
+    def _bench_pair(self, slot: Slot, request: BenchPair) -> Optional[list[dict]]:
+        """A translation and the incumbent benchmarked in one process: an incumbent translation is
+        taken from its commit into a commit of the candidate's files (under INCUMBENT_FOLDER/)."""
+        commit, incumbent = request.commit, request.incumbent
+        if is_file_spec(incumbent):
+            commit = self.workspace.commit_beside(request.commit, request.incumbent_commit,
+                                                  translation_files(incumbent), INCUMBENT_FOLDER)
+            incumbent = f"{INCUMBENT_FOLDER}/{incumbent}"
+        return self.runner.bench_side_by_side(slot, commit, [request.spec, incumbent], request.json_path,
+                                              self.config.bench_seconds * PAIR_BENCH_FACTOR, request.rounds)
 
     def _check_measurement(self, m) -> None:
         changed = self.guard.check()

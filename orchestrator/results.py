@@ -274,6 +274,7 @@ class ExpFolder:
     TRANSLATE = "translate.json"   # a translate experiment's benchmark record
     BENCH = "bench.json"
     BENCH_INCUMBENT = "bench-incumbent.json"
+    BENCH_PAIR = "bench-pair.json"  # the candidate and the incumbent side by side: what the keep decision reads
     VERIFY = "verify.json"         # the last verification round's full report
     SCREEN = "screen"              # --screen: the candidate's run at the screen's budget (an ExpFolder)
     TRANSCRIPT = "agent.jsonl"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import io
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -157,6 +158,23 @@ class Workspace:
         with tarfile.open(fileobj=buffer) as tar:
             tar.extractall(dest, filter="data")
         return dest
+
+    def commit_beside(self, commit: str, other: str, paths: list[str], folder: str) -> str:
+        """A commit on no branch: `commit`'s files and, under `folder`/, `other`'s copies of `paths`
+        (those it has), e.g. the incumbent translation beside the candidate's for one benchmark.
+        No ref points to it; git's garbage collection drops it after its grace period."""
+        repo = self.main
+        with tempfile.TemporaryDirectory(prefix="autorl-index-") as scratch:
+            with repo.git.custom_environment(GIT_INDEX_FILE=str(Path(scratch) / "index"), **AUTHOR_ENV):
+                repo.git.read_tree(commit)
+                for path in paths:
+                    entry = repo.git.ls_tree(other, "--", path)  # "<mode> blob <sha>\t<path>"
+                    if entry:
+                        mode, _, sha = entry.split("\t", 1)[0].split()
+                        repo.git.update_index("--add", "--cacheinfo", f"{mode},{sha},{folder}/{path}")
+                tree = repo.git.write_tree()
+                return repo.git.commit_tree(tree, "-p", commit, "-m", f"{commit[:12]} with {other[:12]}'s "
+                                                                        f"{', '.join(paths)} under {folder}/")
 
     def has_path(self, commit: str, path: str) -> bool:
         try:

@@ -152,33 +152,69 @@ def test_buggy_rust_translation_is_repaired_kept_and_rebaselined(autorl_repo, tm
     assert buggy != correct
     rust_path, sync_path = "envs_fast/cartpole_v1.rs", "envs_fast/cartpole_v1_sync.py"
     sync = (AUTORL_ROOT / sync_path).read_text()
-    replay = write_replay(tmp_path / "replay", {1: {rust_path: buggy, sync_path: sync, "DESCRIPTION": "CartPole in Rust"}})
+    # the next translate experiment (exp 3; exp 2 is the re-baseline): the same port, correct but slower
+    # (a busy loop in every step); --target-speedup: past the kept port's 100x translating goes on
+    step = "fn step_env(_rng: &mut Rng, state: &mut [f64], action: &[f64], obs: &mut [f32]) -> (f64, bool) {\n"
+    assert step in correct
+    slower = correct.replace(step, step + "    for i in 0..50_000u32 { std::hint::black_box(i); }\n")
+    replay = write_replay(tmp_path / "replay", {1: {rust_path: buggy, sync_path: sync, "DESCRIPTION": "CartPole in Rust"},
+                                                3: {rust_path: slower, "DESCRIPTION": "a port that spins"}})
     write_replay(replay, {1: {}})
     (replay / "001.r1" / "envs_fast").mkdir(parents=True)
     (replay / "001.r1" / rust_path).write_text(correct)
     (replay / "001.r1" / "DESCRIPTION").write_text("the cart's bound is 2.4")
 
     proc = run_daemon(repo, "run", "--env", "CartPole-v1", "--tag", "r", "--agent", "replay", "--replay-dir",
-                      str(replay), "--budget", "4", "--translate-lang", "rust", "--no-setup-verify", *FAST, "--grace", "30",
-                      timeout=600)
+                      str(replay), "--budget", "4", "--translate-lang", "rust", "--phases", "translate",
+                      "--target-speedup", "1e9", "--no-setup-verify", *FAST, "--grace", "30", timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = read_results(repo, "r")
-    assert list(rows.status) == ["baseline", "baseline", "keep", "baseline"], rows
-    assert list(rows.phase) == ["train", "train", "translate", "train"]
+    assert list(rows.status) == ["baseline", "baseline", "keep", "baseline", "discard"], rows
+    assert list(rows.phase) == ["train", "train", "translate", "train", "translate"]
     assert "after 1 repair round" in rows.iloc[2].description
-
+    # The slower port is measured side by side with the kept one, which its snapshot holds beside it.
     run_dir = repo / "results" / "r"
+    assert "not faster than the current backend" in rows.iloc[4].description
+    assert "the kept Rust translation" in rows.iloc[4].description and "side by side" in rows.iloc[4].description
+    pair = json.loads((run_dir / "exp-0003" / "bench-pair.json").read_text())["side_by_side"]
+    assert pair[0]["backend"].endswith(rust_path) and pair[1]["backend"].endswith("incumbent/" + rust_path)
+    assert len(pair[0]["round_train_sps"]) == len(pair[1]["round_train_sps"]) == 8
+    slower_record = json.loads((run_dir / "exp-0003" / "translate.json").read_text())
+    assert slower_record["speedup"] < 1 and slower_record["rounds"] == 8
+
     first = (run_dir / "exp-0001" / "verify.r0.log").read_text()
     assert "L2 interactions: FAIL" in first and "terminated" in first.split("differing fields", 1)[1]
     assert "L2 interactions: PASS" in (run_dir / "exp-0001" / "verify.r1.log").read_text()
     record = json.loads((run_dir / "exp-0001" / "translate.json").read_text())
-    assert record["spec"] == rust_path and record["speedup"] > 1
+    assert record["spec"] == rust_path and record["speedup_lower_bound"] > 1 and record["incumbent"] == "envpool"
     branch = git.Repo(repo).commit("autorl/r")
     assert branch.tree[rust_path].data_stream.read().decode() == correct
     # The re-baseline trained on the Rust backend, stepped from train.py's torch loop.
     rebaseline_log = (run_dir / "exp-0002" / "train.log").read_text()
     assert summary_value(rebaseline_log, "path") == "host"
     assert summary_value(rebaseline_log, "backend").endswith("cartpole_v1.rs")
+
+
+def test_a_translation_is_faster_only_beyond_its_side_by_side_benchmarks_noise():
+    from orchestrator.phases import speedup_evidence
+
+    def figures(rounds: list[float]) -> dict:
+        return {"round_train_sps": rounds, "train_sps": sum(rounds) / len(rounds)}
+
+    incumbent = figures([100.0] * 8)
+    # two copies of one port, side by side on a loaded machine: round ratios scatter around 1
+    scatter = [112.0, 91.0, 92.0, 105.0, 98.0, 101.0, 95.0, 104.0]
+    speedup, lower, rounds = speedup_evidence(figures(scatter), incumbent)
+    assert rounds == 8 and 0.95 < speedup < 1.05 and lower < 1.0   # a tie is not kept
+    # 20% faster through the same scatter: kept
+    speedup, lower, _ = speedup_evidence(figures([1.2 * x for x in scatter]), incumbent)
+    assert 1.15 < speedup < 1.25 and lower > 1.0
+    # 3% faster but inside the scatter: not shown
+    assert speedup_evidence(figures([1.03 * x for x in scatter]), incumbent)[1] < 1.0
+    # paired by round: a load that halves both figures in some rounds does not blur a steady 10%
+    loaded = [1.0, 0.5, 1.0, 0.5, 0.6, 1.0, 0.7, 1.0]
+    _, lower, _ = speedup_evidence(figures([110.0 * f for f in loaded]), figures([100.0 * f for f in loaded]))
+    assert lower == pytest.approx(1.1)
 
 
 def test_translate_lang_rust_without_rustc_is_refused_in_one_line(autorl_repo, tmp_path):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Protocol
 
-from ..artifacts import TRAIN_SCRIPT, log_tail
+from ..artifacts import TRAIN_SCRIPT, log_tail, number_arg
 from ..config import RunConfig
 from ..results import ExpFolder, RunFolder
 
@@ -125,9 +125,10 @@ class Runner(Protocol):
         figures="train": only what ranking backends needs (train_sps, reference_sps)."""
 
     def bench_side_by_side(self, slot: Slot, commit: str, specs: list[str], json_path: Path,
-                           seconds: float) -> Optional[list[dict]]:
+                           seconds: float, rounds: int = 4) -> Optional[list[dict]]:
         """The train_sps of each of `specs` as `commit` would train on it, measured side by side in one
-        process against one reference (`seconds` per figure); None when it failed."""
+        process against one reference (`seconds` per figure, in `rounds` interleaved rounds, each
+        round's figures in `round_train_sps`); None when it failed."""
 
     def record_environment(self) -> Optional[dict]:
         """Where training runs, as the run's verdict records are named by it (envs_fast.cache's
@@ -147,6 +148,12 @@ class Runner(Protocol):
 
 
 # ---------------------------------------------------------------- shared judgement of outcomes
+def side_by_side_args(seconds: float, rounds: int) -> list[str]:
+    """bench.py's arguments for a side-by-side benchmark (--rounds only where it is not the default,
+    which a commit's bench.py that predates the flag also measures)."""
+    return ["--figures", "train", "--seconds", number_arg(seconds)] + (["--rounds", str(rounds)] if rounds != 4 else [])
+
+
 def train_failure(train: TrainOutcome, folder: ExpFolder, config: RunConfig, budget_s: float) -> Measurement:
     """The measurement of a train run (of `budget_s`) so far: a status when it failed, else None to go on.
     The budget is a budget: the artifact must be complete by budget + the run's allowance (grace_s),

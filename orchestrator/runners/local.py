@@ -42,7 +42,7 @@ from ..sandbox import Sandbox, Walls
 from ..usercache import USER_CACHE_ENV
 from ..workspace import Workspace
 from .base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
-                   add_evaluation, read_eval_json, train_failure)
+                   add_evaluation, read_eval_json, side_by_side_args, train_failure)
 
 
 JAX_CACHE_ENV = "AUTORL_JAX_CACHE_DIR"  # train.py points JAX's persistent compilation cache there
@@ -264,10 +264,9 @@ class LocalRunner:
         return results[0] if results else None
 
     def bench_side_by_side(self, slot: Slot, commit: str, specs: list[str], json_path: Path,
-                           seconds: float) -> Optional[list[dict]]:
-        args = [arg for spec in specs for arg in ("--backend", spec)]
-        return self._bench(slot, commit, args + ["--figures", "train", "--seconds", number_arg(seconds)], json_path,
-                           specs)
+                           seconds: float, rounds: int = 4) -> Optional[list[dict]]:
+        args = [arg for spec in specs for arg in ("--backend", spec)] + side_by_side_args(seconds, rounds)
+        return self._bench(slot, commit, args, json_path, specs)
 
     def _bench(self, slot: Slot, commit: str, args: list[str], json_path: Path,
                specs: list[str]) -> Optional[list[dict]]:

@@ -40,7 +40,7 @@ from ..results import read_json
 from ..workspace import Workspace
 from ..results import ExpFolder
 from .base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
-                   add_evaluation, train_failure)
+                   add_evaluation, side_by_side_args, train_failure)
 from .local import LocalRunner
 from .modal_calls import CallOutcome, CallPolicy, CallWatcher
 
@@ -278,9 +278,9 @@ class ModalRunner:
         return results[0] if results else None
 
     def bench_side_by_side(self, slot: Slot, commit: str, specs: list[str], json_path: Path,
-                           seconds: float) -> Optional[list[dict]]:
-        args = [arg for spec in specs for arg in ("--backend", spec)]
-        return self._bench(slot, commit, args + ["--figures", "train", "--seconds", str(seconds)], json_path, specs)
+                           seconds: float, rounds: int = 4) -> Optional[list[dict]]:
+        args = [arg for spec in specs for arg in ("--backend", spec)] + side_by_side_args(seconds, rounds)
+        return self._bench(slot, commit, args, json_path, specs)
 
     def _bench(self, slot: Slot, commit: str, args: list[str], json_path: Path, specs: list[str]) -> Optional[list[dict]]:
         json_path.parent.mkdir(parents=True, exist_ok=True)
