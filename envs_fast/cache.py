@@ -10,6 +10,7 @@ no figure here. Change any of them and the old record no longer applies.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -40,6 +41,21 @@ def decisive_sources(package_dir: Path | None = None) -> list[Path]:
     package_dir = package_dir or PACKAGE_DIR
     found = list(package_dir.glob("*.py")) + list(package_dir.glob("verify/*.py"))
     return sorted(p for p in found if not TRANSLATION_NAME.match(p.stem))
+
+
+@contextlib.contextmanager
+def reading_from(folder: Path):
+    """This process reads and writes its records in `folder` while inside (CACHE_ENV_VAR, as it
+    was before when it leaves): the daemon reads a run's verdicts as the run's processes do."""
+    outer = os.environ.get(CACHE_ENV_VAR)
+    os.environ[CACHE_ENV_VAR] = str(folder)
+    try:
+        yield
+    finally:
+        if outer is None:
+            os.environ.pop(CACHE_ENV_VAR, None)
+        else:
+            os.environ[CACHE_ENV_VAR] = outer
 
 
 def cache_dir() -> Path:

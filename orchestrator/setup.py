@@ -5,6 +5,7 @@ Nothing here runs experiments; `start` hands a ready Run to the loop.
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import json
@@ -16,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Optional
 
-from envs_fast.cache import CACHE_ENV_VAR
+from envs_fast.cache import reading_from
 from envs_fast.portability import engine_of, no_port_reason, shipped_port
 
 from . import agents as agent_kinds
@@ -176,8 +177,8 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
     runner = None
     # The daemon's own envs_fast queries (setup's choice, the optuna agent's training path) read this
     # run's verdicts, as its train runs do.
-    outer_cache = os.environ.get(CACHE_ENV_VAR)
-    os.environ[CACHE_ENV_VAR] = str(folder.verify_cache)
+    verdicts = contextlib.ExitStack()
+    verdicts.enter_context(reading_from(folder.verify_cache))
     try:
         setup_logging(folder.path)
         stop = StopControl(folder.path)
@@ -237,10 +238,7 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
         if runner is not None:
             runner.close()
         lock.release()
-        if outer_cache is None:
-            os.environ.pop(CACHE_ENV_VAR, None)
-        else:
-            os.environ[CACHE_ENV_VAR] = outer_cache
+        verdicts.close()
         if folder.config.exists():
             refresh_report(folder.path)  # its last version: the run has ended
 

@@ -25,11 +25,11 @@ never touching those of the run.
 from __future__ import annotations
 
 import dataclasses
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
+
+from envs_fast.cache import reading_from
 
 from .artifacts import parse_summary
 from .config import RunConfig, RunError, budget_allowance
@@ -132,7 +132,7 @@ def run_transfer(run_dir: Path, envs: list[str], budget_s: Optional[float] = Non
     runners: dict = {}
     factory = runner_factory or make_runner
     try:
-        with logging_into(home / TRANSFER_LOG), _reading_verdicts(folder.verify_cache):
+        with logging_into(home / TRANSFER_LOG), reading_from(folder.verify_cache):
             for index, cell in enumerate(todo, start=1):
                 if stop.requested():
                     stats["stopped"] = True
@@ -212,23 +212,6 @@ def prepare_backends(config: RunConfig, folder: RunFolder, workspace: Workspace,
                 f"(report {backend['report']})")
     say(f"{env}: {choice_line(choice)} [{choice['setup_seconds']:.0f}s to choose]")
     return True
-
-
-@contextmanager
-def _reading_verdicts(verify_cache: Path):
-    """The daemon's own envs_fast queries (which backend train.py's auto picks) read the run's verdict
-    cache while inside, as its train runs do."""
-    from envs_fast.cache import CACHE_ENV_VAR
-
-    outer = os.environ.get(CACHE_ENV_VAR)
-    os.environ[CACHE_ENV_VAR] = str(verify_cache)
-    try:
-        yield
-    finally:
-        if outer is None:
-            os.environ.pop(CACHE_ENV_VAR, None)
-        else:
-            os.environ[CACHE_ENV_VAR] = outer
 
 
 # ---------------------------------------------------------------- a cell
