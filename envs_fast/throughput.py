@@ -247,6 +247,54 @@ def host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: i
     return Runner(run_once, venv.close)
 
 
+def jax_host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: int = 16) -> Runner:
+    """train.py's jax-host rollout without its update: each step one call of a compiled JAX MLP
+    policy (two tanh layers of `hidden`, random weights) on the observations, with noise drawn on
+    the host, then the VectorEnv steps."""
+    import jax
+    import jax.numpy as jnp
+
+    obs_space, act_space = venv.single_observation_space, venv.single_action_space
+    categories = int(obs_space.n) if isinstance(obs_space, gym.spaces.Discrete) else 0
+    obs_dim = categories or int(np.prod(obs_space.shape))
+    discrete = isinstance(act_space, gym.spaces.Discrete)
+    if not discrete and not isinstance(act_space, gym.spaces.Box):
+        raise BackendError(f"bench needs a Discrete or Box action space, got {act_space}")
+    out_dim = int(act_space.n) if discrete else int(np.prod(act_space.shape))
+    rng = np.random.default_rng(seed)
+    weights = [(jnp.asarray(rng.normal(0, 1 / np.sqrt(i), (i, o)), jnp.float32), jnp.zeros(o, jnp.float32))
+               for i, o in [(obs_dim, hidden), (hidden, hidden), (hidden, out_dim)]]
+
+    @jax.jit
+    def policy(obs, noise):
+        x = jax.nn.one_hot(obs.reshape(-1), categories) if categories else obs.reshape(obs.shape[0], -1)
+        for w, b in weights[:-1]:
+            x = jnp.tanh(x @ w + b)
+        out = x @ weights[-1][0] + weights[-1][1]
+        if discrete:  # Gumbel-max sampling, as a categorical policy
+            return jnp.argmax(out - jnp.log(-jnp.log(noise)), axis=-1)
+        return out + noise  # a Gaussian policy's sample
+
+    obs, _ = venv.reset(seed=seed)
+    n = venv.num_envs
+
+    def act(obs):
+        noise = rng.uniform(1e-6, 1.0, (n, out_dim)) if discrete else rng.standard_normal((n, out_dim))
+        sample = np.asarray(policy(np.asarray(obs, np.float32 if not categories else np.int32), noise.astype(np.float32)))
+        if discrete:
+            return sample + act_space.start
+        return np.clip(sample.reshape((n,) + act_space.shape), act_space.low, act_space.high).astype(act_space.dtype)
+
+    def run_once():
+        nonlocal obs
+        for _ in range(chunk):
+            obs, *_ = venv.step(act(obs))
+        return chunk * n
+
+    run_once()  # warm-up: the policy's compilation
+    return Runner(run_once, venv.close)
+
+
 def _scan_runner(rollout, carry, steps_per_call: int) -> Runner:
     """Time a jitted `rollout(carry) -> (carry, total)`: compiled here, outside the timing."""
     carry, total = rollout(carry)

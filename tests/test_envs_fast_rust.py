@@ -380,9 +380,9 @@ def test_bench_json_reports_the_rust_figures(tmp_path):
                          "--seconds", "0.4", "--json", str(out), cwd=ENVS_FAST.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
-    assert result["backend"] == "envs_fast/cartpole_v1.rs" and result["train_path"] == "host"
+    # train.py's path at the default budget (720 s): the JAX learner over the port's vector env
+    assert result["backend"] == "envs_fast/cartpole_v1.rs" and result["train_path"] == "jax-host"
     for name in ("backend_sps", "reference_sps", "adapter_sps", "train_sps"):
         assert result[name] > 0, name
     assert result["ratio"] == pytest.approx(result["backend_sps"] / result["reference_sps"])
     assert result["train_sps"] == result["host_sps"] and result["e2e_sps"] is None
-    assert result["host_sps"] < result["adapter_sps"]  # the host loop's torch policy costs more than the env

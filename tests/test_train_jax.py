@@ -174,19 +174,28 @@ def test_without_a_verified_jax_backend_training_takes_the_host_path(tmp_path):
     assert (tmp_path / "out" / "policy.pt").is_file()
 
 
-def test_bench_reports_what_training_will_see(tmp_path, verified):
+def test_bench_reports_what_training_will_see(tmp_path, verified, monkeypatch):
     """envs_fast.bench's train_sps: the end-to-end rollout at train.py's JAX_NUM_ENVS for a JAX backend
-    (train.py trains it end to end), the host loop (adapter plus a torch policy) for a host backend."""
+    (train.py trains it end to end); for a host backend the loop of the path train.py takes at the
+    run's budget (AUTORL_TIME_BUDGET): the torch loop below JAX_HOST_MIN_BUDGET, the jax-host loop
+    (a compiled JAX policy, NUM_ENVS x JAX_HOST_ENVS_FACTOR envs from JAX_HOST_BIG_BATCH_BUDGET) above."""
     from envs_fast.bench import bench
 
     train = load_train("CartPole-v1", 10, tmp_path)
     jax_result = bench("CartPole-v1", "jax", num_envs=256, seconds=0.3, adapter_num_envs=8)
     assert jax_result["train_path"] == "jax-e2e" and jax_result["e2e_num_envs"] == train.JAX_NUM_ENVS
     assert jax_result["train_sps"] == jax_result["e2e_sps"] > jax_result["adapter_sps"] > 0
+    monkeypatch.setenv("AUTORL_TIME_BUDGET", str(train.JAX_HOST_MIN_BUDGET / 2))
     host_result = bench("CartPole-v1", "envpool", num_envs=16, seconds=0.3, adapter_num_envs=8)
     assert host_result["train_path"] == "host" and host_result["e2e_sps"] is None
     # the host loop samples each step's actions from a torch policy: slower than the bare adapter
     assert host_result["train_sps"] == host_result["host_sps"] and 0 < host_result["host_sps"] < host_result["adapter_sps"]
+    assert host_result["host_num_envs"] == train.NUM_ENVS
+    for budget, envs in ((train.JAX_HOST_MIN_BUDGET, train.NUM_ENVS),
+                         (train.JAX_HOST_BIG_BATCH_BUDGET, train.NUM_ENVS * train.JAX_HOST_ENVS_FACTOR)):
+        monkeypatch.setenv("AUTORL_TIME_BUDGET", str(budget))
+        jax_host = bench("CartPole-v1", "envpool", num_envs=16, seconds=0.3, figures="train")
+        assert jax_host["train_path"] == "jax-host" and jax_host["host_num_envs"] == envs and jax_host["train_sps"] > 0
 
 
 def test_running_statistics_keep_counting_past_a_billion_samples(tmp_path, verified):

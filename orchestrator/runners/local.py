@@ -93,7 +93,9 @@ class LocalRunner:
         return Walls(cwd=cwd, read_only=read_only + toolchain, writable=writable, hidden=self.hidden)
 
     def _backend_env(self, cache: Path) -> dict:
-        env = {"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"}
+        # the run's budget: it decides which of train.py's paths the bench measures (LEARNER "auto")
+        env = {"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+               "AUTORL_TIME_BUDGET": number_arg(self.settings.config.budget_s)}
         if self.rust:
             env[RUSTC_ENV] = str(self.rust[0])
         return env
