@@ -59,6 +59,9 @@ from envs_fast.throughput import (e2e_runner, host_runner, jax_host_runner, jax_
                                   rust_runner, vector_runner)
 
 DEFAULT_NUM_ENVS = 65536  # JAX backends: large batches amortise the per-step dispatch
+# Rust backends: one C call steps them all, whose overhead 1024 envs amortise (CartPole: ~20 us of
+# stepping per call); 65536 BipedalWalker envs took 70 s per timed call, 5.5 min per bench.
+DEFAULT_RUST_NUM_ENVS = 1024
 DEFAULT_VECTOR_NUM_ENVS = 64  # envpool/reference: one process, threads per core
 DEFAULT_ADAPTER_NUM_ENVS = 8
 # Vector backends that are not JAX: their backend figure is their VectorEnv, and train.py steps them from a
@@ -140,7 +143,8 @@ def bench(env_id: str, spec: str, num_envs: int | None = None, seconds: float = 
         spec = choose_backend(env_id, adapter_num_envs, root)
     spec = resolve_spec(spec, env_id, root)
     vector_backend, rust = spec in HOST_VECTOR_SPECS, is_rust_spec(spec)
-    num_envs = num_envs or (DEFAULT_VECTOR_NUM_ENVS if vector_backend else DEFAULT_NUM_ENVS)
+    num_envs = num_envs or (DEFAULT_VECTOR_NUM_ENVS if vector_backend else DEFAULT_RUST_NUM_ENVS if rust
+                            else DEFAULT_NUM_ENVS)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         runners = {"reference": reference_runner(env_id, seed)}
@@ -255,7 +259,8 @@ def main(argv: list[str] | None = None) -> int:
                              "(with --figures train), the backends' train_sps are measured side by side in one "
                              "process and --json holds {\"side_by_side\": [one result per backend]}")
     parser.add_argument("--num-envs", type=int, default=None,
-                        help=f"envs for the backend figure (default {DEFAULT_NUM_ENVS} for JAX and Rust backends, "
+                        help=f"envs for the backend figure (default {DEFAULT_NUM_ENVS} for JAX backends, "
+                             f"{DEFAULT_RUST_NUM_ENVS} for Rust ones, "
                              f"{DEFAULT_VECTOR_NUM_ENVS} for envpool/reference)")
     parser.add_argument("--adapter-num-envs", type=int, default=None, help="envs for the adapter figure (default: train.py's NUM_ENVS)")
     parser.add_argument("--seconds", type=float, default=3.0, help="seconds per measurement")

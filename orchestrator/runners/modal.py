@@ -222,7 +222,7 @@ class ModalRunner:
         c = self.settings.config
         return self.calls.run(slot.exp, stage,
                               lambda: self.functions.check.spawn(archive, c.env_id, stage, args, self._records(),
-                                                                 timeout_s),
+                                                                 timeout_s, c.budget_s),
                               timeout_s, f"a GPU ({self.gpu})", slot.label, tick)
 
     def _merge(self, commit: str, reply: dict, kind: str, specs: list[str]) -> None:

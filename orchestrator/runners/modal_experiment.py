@@ -148,13 +148,15 @@ def write_records(folder: Path, records: dict) -> Path:
 
 
 def check_archive(archive: bytes, env_id: str, stage: str, args: list[str], records: dict, timeout_s: float,
-                  should_stop: Callable[[], bool] = lambda: False, log_cap: int = LOG_CAP_BYTES) -> dict:
+                  should_stop: Callable[[], bool] = lambda: False, log_cap: int = LOG_CAP_BYTES,
+                  budget_s: float = 0.0) -> dict:
     """`python -m envs_fast.<stage> --env ENV ARGS --json J` (stage verify or bench) in a commit's
     archive, with a verdict cache holding the run's `records`, in this container: a verdict and a
     figure are reached where training runs. Returns returncode, timed_out, log (its tail), json (the
     stage's, or None), records (every record file of the cache afterwards that is new or changed) and
     environment (this container's: the daemon names the records by it). Stage "environment" only
-    reports the environment."""
+    reports the environment. `budget_s`: the run's training budget, which decides the path of
+    train.py that a benchmark measures (AUTORL_TIME_BUDGET)."""
     from envs_fast.cache import environment
 
     if stage == "environment":
@@ -166,7 +168,8 @@ def check_archive(archive: bytes, env_id: str, stage: str, args: list[str], reco
         checkout.mkdir()
         extract_archive(archive, checkout)
         cache = write_records(Path(tmp) / "verify-cache", records)
-        env = scrubbed_env({"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1"})
+        env = scrubbed_env({"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
+                            **({"AUTORL_TIME_BUDGET": str(budget_s)} if budget_s else {})})
         proc = run_group([sys.executable, "-m", f"envs_fast.{stage}", "--env", env_id, *args, "--json", str(out)],
                          checkout, env, log_path, timeout_s, should_stop)
         log, _ = _log_tail_bytes(log_path, log_cap)

@@ -84,10 +84,11 @@ def train_experiment(archive: bytes, env_id: str, budget: float, seed: int, grac
 
 
 @app.function(gpu=TRAIN_GPU, cpu=TRAIN_CPU, timeout=CHECK_TIMEOUT_S, block_network=True, restrict_modal_access=True)
-def check_backend(archive: bytes, env_id: str, stage: str, args: list, records: dict, timeout_s: float) -> dict:
+def check_backend(archive: bytes, env_id: str, stage: str, args: list, records: dict, timeout_s: float,
+                  budget_s: float = 0.0) -> dict:
     """Verify or benchmark a backend of a commit in a train container (the GPU training will run
     on): its verdict and figures, keyed as this container keys them (modal_experiment.check_archive)."""
-    return check_archive(archive, env_id, stage, list(args), records, timeout_s)
+    return check_archive(archive, env_id, stage, list(args), records, timeout_s, budget_s=budget_s)
 
 
 @app.function(cpu=EVAL_CPU, timeout=EVAL_TIMEOUT_S + 300, block_network=True, restrict_modal_access=True)
@@ -119,7 +120,7 @@ def night_daemon(bundle: bytes, env_id: str, tag: str, run_args: str = "", ident
 class ModalFunctions(NamedTuple):
     train: modal.Function      # train_experiment(archive, env_id, budget, seed, grace, extra_env, verdicts, keyed_for)
     evaluate: modal.Function   # evaluate_policy(harness, harness_sha256, policy, env_id, seed, episodes, policy_name)
-    check: modal.Function      # check_backend(archive, env_id, stage, args, records, timeout_s)
+    check: modal.Function      # check_backend(archive, env_id, stage, args, records, timeout_s, budget_s)
 
 
 def configured(gpu: str | None = None, cpu: float | None = None, timeout_s: int | None = None) -> ModalFunctions:
