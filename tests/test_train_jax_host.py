@@ -171,3 +171,27 @@ def test_an_agent_the_jax_learner_cannot_compute_trains_on_the_torch_learner_unl
     assert last.startswith("refused: the jax-e2e path cannot translate agent.actor[5] (PReLU"), last
     assert last.endswith('(LEARNER = "torch" trains any Agent)'), last
     assert "compiled" not in proc.stdout and not (tmp_path / "forced-out" / "policy.pt").exists()
+
+
+def test_the_bench_measures_the_path_and_envs_train_py_takes(tmp_path, monkeypatch):
+    """envs_fast.bench reads train.py as text (it imports no candidate code) to measure the rollout of
+    the path train.py's choose_path takes: the two must agree for every learner, budget and backend."""
+    import re
+
+    from envs_fast.bench import train_path
+
+    shipped = (REPO / "candidate" / "train.py").read_text()
+    specs = ["envpool", "reference", "mujoco_batch", "envs_fast/cartpole_v1.rs", "envs_fast/cartpole_v1.py", "gymnax"]
+    for learner in ("auto", "torch", "jax"):
+        root = tmp_path / learner
+        (root / "candidate").mkdir(parents=True)
+        text, count = re.subn(r"^LEARNER = .*$", f"LEARNER = {learner!r}", shipped, count=1, flags=re.M)
+        assert count == 1
+        (root / "candidate" / "train.py").write_text(text)
+        for budget in (10, 30, 120, 480, 720):
+            monkeypatch.setenv("AUTORL_TIME_BUDGET", str(budget))
+            train = load_train("CartPole-v1", budget, tmp_path / "out", path=root / "candidate" / "train.py")
+            for spec in specs:
+                path = train.choose_path(spec)[0]
+                envs = train.jax_host_num_envs() if path == "jax-host" else train.NUM_ENVS
+                assert train_path(spec, root) == (path, envs), (learner, budget, spec)
