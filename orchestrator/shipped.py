@@ -56,6 +56,11 @@ class Stage:
     def setup(cls, folder: RunFolder) -> "Stage":
         return cls("setup", "at setup", folder.path)
 
+    @property
+    def is_setup(self) -> bool:
+        """A run's own setup, whose lines need no name (the daemon's log says "setting up")."""
+        return self.name == "setup"
+
     def saved_choice(self) -> dict:
         """backend.json of an earlier pass of this stage ({} when there is none)."""
         return read_json(self.home / BACKEND_JSON)
@@ -143,7 +148,7 @@ def verify_at_setup(config: RunConfig, folder: RunFolder, workspace: Workspace, 
     user = UserCache(user_cache_dir(), verify_cache)
     commit, environment = config.base_commit, runner.record_environment()
     specs = shipped_specs(config.env_id, workspace, commit, environment)
-    journal.set_waiting(f"{'setting up' if stage.name == 'setup' else stage.name}: verifying the backends "
+    journal.set_waiting(f"{'setting up' if stage.is_setup else stage.name}: verifying the backends "
                         f"{commit[:7]} ships ({', '.join(specs) or 'none'})")
     try:
         with tempfile.TemporaryDirectory(prefix="autorl-setup-") as scratch:
@@ -168,7 +173,7 @@ def verify_at_setup(config: RunConfig, folder: RunFolder, workspace: Workspace, 
         journal.set_waiting(None)
     choice["setup_seconds"] = round(time.monotonic() - started, 1)
     _write_json(stage.home / BACKEND_JSON, choice)
-    log.info("%s%s [%s %.1fs]", "" if stage.name == "setup" else f"{stage.name}: ", choice_line(choice),
+    log.info("%s%s [%s %.1fs]", "" if stage.is_setup else f"{stage.name}: ", choice_line(choice),
              stage.name, choice["setup_seconds"])
     return choice
 
