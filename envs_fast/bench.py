@@ -70,22 +70,23 @@ HOST_VECTOR_SPECS = ("envpool", "reference", "mujoco_batch")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def train_constant(name: str, root: Path = REPO_ROOT) -> int | None:
-    """An integer constant `NAME = 123` of candidate/train.py (read as text, never imported)."""
+def _train_py(root: Path) -> str:
+    """candidate/train.py's text ("" when there is none): read, never imported."""
     try:
-        text = (Path(root) / "candidate" / "train.py").read_text()
+        return (Path(root) / "candidate" / "train.py").read_text()
     except OSError:
-        return None
-    match = re.search(rf"^{name}\s*=\s*(\d+)", text, re.MULTILINE)
+        return ""
+
+
+def train_constant(name: str, root: Path = REPO_ROOT) -> int | None:
+    """An integer constant `NAME = 123` of candidate/train.py."""
+    match = re.search(rf"^{name}\s*=\s*(\d+)", _train_py(root), re.MULTILINE)
     return int(match.group(1)) if match else None
 
 
 def train_setting(name: str, root: Path = REPO_ROOT) -> str | None:
-    """A constant `NAME = "text"` or `NAME = 1.5` of candidate/train.py, as its text (never imported)."""
-    try:
-        text = (Path(root) / "candidate" / "train.py").read_text()
-    except OSError:
-        return None
+    """A constant `NAME = "text"` or `NAME = 1.5` of candidate/train.py, as its text."""
+    text = _train_py(root)
     match = re.search(rf"^{name}\s*=\s*(?:[\"']([^\"']*)[\"']|([0-9.eE+-]+))", text, re.MULTILINE)
     return (match.group(1) if match.group(1) is not None else match.group(2)) if match else None
 
@@ -186,26 +187,29 @@ def bench_side_by_side(env_id: str, specs: list[str], seconds: float = 3.0, seed
 
 
 def _train_runner(spec: str, env_id: str, adapter_num_envs: int, seed: int, root):
-    """(path, the rollout of train.py's path for `spec`, train_path's): "jax-e2e", its end-to-end
-    rollout; "jax-host", a compiled JAX policy over the adapter; "host", its torch loop over the adapter."""
+    """((path, envs a host-stepped path steps), its rollout) for train.py's path for `spec` (train_path's):
+    "jax-e2e", its end-to-end rollout; "jax-host", a compiled JAX policy over the adapter; "host", its
+    torch loop over the adapter."""
     from envs_fast import make_vec_env
 
     root_path = Path(root) if root is not None else REPO_ROOT
     path, envs = train_path(spec, root_path)
     hidden = train_constant("HIDDEN_SIZE", root_path) or 64
     if path == "jax-e2e":
-        return path, e2e_runner(spec, env_id, *e2e_shape(root_path), seed=seed)
+        return (path, None), e2e_runner(spec, env_id, *e2e_shape(root_path), seed=seed)
     if path == "jax-host":
-        return path, jax_host_runner(make_vec_env(spec, env_id, envs, seed, root, verified_only=False), hidden, seed)
-    return path, host_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root, verified_only=False), hidden,
-                             seed, threads=train_constant("TORCH_THREADS", root_path) or 1)
+        return (path, envs), jax_host_runner(make_vec_env(spec, env_id, envs, seed, root, verified_only=False), hidden,
+                                             seed)
+    return (path, envs), host_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root, verified_only=False),
+                                     hidden, seed, threads=train_constant("TORCH_THREADS", root_path) or 1)
 
 
-def _result(env_id: str, spec: str, path: str, train_sps: float, single: float, seconds: float, adapter_num_envs: int,
+def _result(env_id: str, spec: str, path: tuple[str, int | None], train_sps: float, single: float, seconds: float, adapter_num_envs: int,
             root, num_envs: int | None = None, backend: float | None = None, reference_vec: float | None = None,
             adapter: float | None = None) -> dict:
     """One backend's figures as bench's JSON gives them; train_sps is cached for `auto`."""
     cache.store_throughput(spec, env_id, adapter_num_envs, train_sps)  # what "auto" compares: training speed
+    path, host_num_envs = path
     e2e = e2e_shape(Path(root) if root is not None else REPO_ROOT) if path == "jax-e2e" else None
     return {
         "env_id": env_id,
@@ -220,7 +224,7 @@ def _result(env_id: str, spec: str, path: str, train_sps: float, single: float, 
         "e2e_sps": train_sps if e2e else None,
         "e2e_num_envs": e2e[0] if e2e else None,
         "host_sps": None if e2e else train_sps,
-        "host_num_envs": None if e2e else train_path(spec, Path(root) if root is not None else REPO_ROOT)[1],
+        "host_num_envs": None if e2e else host_num_envs,
         "train_path": path,
         "train_sps": train_sps,
         "ratio": backend / single if backend is not None else None,

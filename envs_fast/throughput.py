@@ -207,6 +207,30 @@ def e2e_runner(spec: str, env_id: str, num_envs: int, num_steps: int, hidden: in
     return _scan_runner(rollout, carry, num_steps * num_envs)
 
 
+def _policy_shape(venv: gym.vector.VectorEnv) -> tuple[int, int, bool, int]:
+    """(categories of a Discrete observation or 0, policy input width, discrete actions, policy output
+    width) of a policy over `venv`'s spaces."""
+    obs_space, act_space = venv.single_observation_space, venv.single_action_space
+    categories = int(obs_space.n) if isinstance(obs_space, gym.spaces.Discrete) else 0
+    discrete = isinstance(act_space, gym.spaces.Discrete)
+    if not discrete and not isinstance(act_space, gym.spaces.Box):
+        raise BackendError(f"bench needs a Discrete or Box action space, got {act_space}")
+    return (categories, categories or int(np.prod(obs_space.shape)), discrete,
+            int(act_space.n) if discrete else int(np.prod(act_space.shape)))
+
+
+def _policy_loop(venv: gym.vector.VectorEnv, act, obs, chunk: int) -> Runner:
+    """A Runner stepping `venv` with `act(obs)` `chunk` times per call, run once first (compilation)."""
+    def run_once():
+        nonlocal obs
+        for _ in range(chunk):
+            obs, *_ = venv.step(act(obs))
+        return chunk * venv.num_envs
+
+    run_once()
+    return Runner(run_once, venv.close)
+
+
 def host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: int = 16, threads: int = 1) -> Runner:
     """train.py's host loop without its update: each step a torch MLP policy (two tanh layers of
     `hidden`, random weights, on train.py's TORCH_THREADS threads) samples the actions from the
@@ -215,13 +239,8 @@ def host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: i
 
     torch.set_num_threads(threads)  # (torch's default, every core, is ~30x slower for such small layers)
 
-    obs_space, act_space = venv.single_observation_space, venv.single_action_space
-    categories = int(obs_space.n) if isinstance(obs_space, gym.spaces.Discrete) else 0
-    obs_dim = categories or int(np.prod(obs_space.shape))
-    discrete = isinstance(act_space, gym.spaces.Discrete)
-    if not discrete and not isinstance(act_space, gym.spaces.Box):
-        raise BackendError(f"bench needs a Discrete or Box action space, got {act_space}")
-    out_dim = int(act_space.n) if discrete else int(np.prod(act_space.shape))
+    act_space = venv.single_action_space
+    categories, obs_dim, discrete, out_dim = _policy_shape(venv)
     torch.manual_seed(seed)
     policy = torch.nn.Sequential(torch.nn.Linear(obs_dim, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, hidden),
                                  torch.nn.Tanh(), torch.nn.Linear(hidden, out_dim))
@@ -237,14 +256,7 @@ def host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: i
             sample = torch.distributions.Normal(out, 1.0).sample().numpy().reshape((venv.num_envs,) + act_space.shape)
         return np.clip(sample, act_space.low, act_space.high).astype(act_space.dtype)
 
-    def run_once():
-        nonlocal obs
-        for _ in range(chunk):
-            obs, *_ = venv.step(act(obs))
-        return chunk * venv.num_envs
-
-    run_once()  # warm-up (jit compilation for the JAX adapter)
-    return Runner(run_once, venv.close)
+    return _policy_loop(venv, act, obs, chunk)
 
 
 def jax_host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: int = 16) -> Runner:
@@ -254,13 +266,8 @@ def jax_host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chun
     import jax
     import jax.numpy as jnp
 
-    obs_space, act_space = venv.single_observation_space, venv.single_action_space
-    categories = int(obs_space.n) if isinstance(obs_space, gym.spaces.Discrete) else 0
-    obs_dim = categories or int(np.prod(obs_space.shape))
-    discrete = isinstance(act_space, gym.spaces.Discrete)
-    if not discrete and not isinstance(act_space, gym.spaces.Box):
-        raise BackendError(f"bench needs a Discrete or Box action space, got {act_space}")
-    out_dim = int(act_space.n) if discrete else int(np.prod(act_space.shape))
+    act_space = venv.single_action_space
+    categories, obs_dim, discrete, out_dim = _policy_shape(venv)
     rng = np.random.default_rng(seed)
     weights = [(jnp.asarray(rng.normal(0, 1 / np.sqrt(i), (i, o)), jnp.float32), jnp.zeros(o, jnp.float32))
                for i, o in [(obs_dim, hidden), (hidden, hidden), (hidden, out_dim)]]
@@ -285,14 +292,7 @@ def jax_host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chun
             return sample + act_space.start
         return np.clip(sample.reshape((n,) + act_space.shape), act_space.low, act_space.high).astype(act_space.dtype)
 
-    def run_once():
-        nonlocal obs
-        for _ in range(chunk):
-            obs, *_ = venv.step(act(obs))
-        return chunk * n
-
-    run_once()  # warm-up: the policy's compilation
-    return Runner(run_once, venv.close)
+    return _policy_loop(venv, act, obs, chunk)
 
 
 def _scan_runner(rollout, carry, steps_per_call: int) -> Runner:
