@@ -20,12 +20,14 @@ reuses that companion) split into float32 arrays in the same order; feature ids 
 `FEATURE_CODE` (ia + 8 ib + 64 ta + 128 tb) because Box2D's 32-bit key is not exact in float32.
 
 Where this deviates from the Rust port (none of it is an approximation of the physics):
-- step and reset round every float product on its own (_products_rounded): XLA's CPU compiler would
-  fuse a*b+c into one fused multiply-add, whose single rounding the solver's 180 iterations carry on (it
-  made L2 and L3 fail). With it, one step from 2216 of L2's 2231 rollout states is the Rust port's bit for
-  bit (bench/bipedal_jax_vs_rust.py). XLA's float32 sin/cos equal glibc's sinf/cosf (150,000 angles).
-- The 15 others are steps with a time of impact: time_of_impact vmapped over the contact slots gives
-  another beta than called slot by slot (0.41463393 against 0.41463324, also without jit); not found yet.
+- step and reset round every float operation on its own (_rounded_like_c): XLA's CPU compiler would
+  fuse a*b+c into one fused multiply-add, and its algebraic simplifier rewrites (a - c1) - c2, a / c,
+  a / b / c and a / sqrt(b) into other roundings; the solver's 180 iterations carry such a last bit on
+  (it made L2 and L3 fail). With it, one step from each of L2's 2231 rollout states, time of impact
+  included, is the Rust port's bit for bit (bench/bipedal_jax_vs_rust.py). XLA's float32 sin/cos equal
+  glibc's sinf/cosf (2,000,000 angles).
+- The observation is computed in float32 (the Rust port and gymnasium compute it in float64 and round):
+  it differs by a rounding, the state does not.
 - A contact list longer than 48 is cut to 48 inside the step (the Rust port keeps it growing and writes
   the first 48).
 - prev_shaping is float32 (the Rust port's float64): the reward is off by float32 roundings of the shaping.
@@ -1693,40 +1695,57 @@ def _state_from_world(world: World, terrain_y) -> State:
                  contacts.astype(f32))
 
 
-# ---------------------------------------------------------------- every product rounded, as Box2D's are
+# ---------------------------------------------------------------- every operation rounded, as Box2D's are
 
 # XLA's CPU compiler tells LLVM to contract a multiply feeding an add into one fused multiply-add
 # (TargetOptions.AllowFPOpFusion = Fast, "always allow FMA fusion", no flag turns it off; XLA_FLAGS
 # --xla_cpu_max_isa=AVX only hides the FMA instructions, for the whole process). An FMA rounds a*b+c
 # once where Box2D (and the Rust port) round twice, and the solver's 180 iterations carry that last bit
-# on. So the step runs through _products_rounded: every float product goes through a select LLVM cannot
-# see through, which keeps it a product of its own.
+# on. XLA's algebraic simplifier also rewrites float arithmetic it can see through (measured over 1M
+# float32 values, 35-55% of them change): (a - c1) - c2 into a - (c1 + c2) for constants, a / b into
+# a * (1 / b) when b is a constant or a broadcast scalar, a / b / c into a / (b * c), a / (b / c) into
+# a * c / b, a / sqrt(b) into a * rsqrt(b). So the step runs through _rounded_like_c: every float
+# product, quotient and square root, and every sum with a constant, goes through a select neither LLVM
+# nor XLA can see through, and a divisor is made one value per element, so each operation is rounded on
+# its own as in C.
 
 _CALLS = {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
-_PRODUCTS = {"mul", "square", "integer_pow"}
+_ROUNDED = {"mul", "square", "integer_pow", "div", "sqrt"}
+_SUMS = {"add", "sub"}  # rounded when an operand is a constant (XLA folds constants across a chain of them)
 
 
 def _rounded(x):
-    """x, but not a multiply's result as far as LLVM's FMA contraction can tell (NaN stays NaN)."""
+    """x, but not an operation's result as far as LLVM's and XLA's simplifiers can tell (NaN stays NaN)."""
     return lax.select(x == x, x, x + x)
 
 
-def _eval_rounding_products(jaxpr, consts, *args):
-    """Evaluate a jaxpr with _rounded after every float product, inside loops, conds and calls too."""
+def _eval_rounded(jaxpr, consts, *args, constant_args=None):
+    """Evaluate a jaxpr with every float operation rounded on its own (above), inside loops, conds and
+    calls too. A value is constant when it is a literal, a closed-over constant or made from them alone."""
     env = {}
+    constant = set(jaxpr.constvars) | {v for v, c in zip(jaxpr.invars, constant_args or ()) if c}
     read = lambda v: v.val if isinstance(v, jax_core.Literal) else env[v]  # noqa: E731
+    is_constant = lambda v: isinstance(v, jax_core.Literal) or v in constant  # noqa: E731
     env.update(zip(jaxpr.constvars, consts))
     env.update(zip(jaxpr.invars, args))
     for eqn in jaxpr.eqns:
         values = [read(v) for v in eqn.invars]
-        if eqn.primitive.name in _CALLS:
+        constants = [is_constant(v) for v in eqn.invars]
+        name = eqn.primitive.name
+        is_float = bool(eqn.outvars) and jnp.issubdtype(eqn.outvars[0].aval.dtype, jnp.floating)
+        if name in _CALLS:
             inner = next(eqn.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params)
-            out = _eval_rounding_products(inner.jaxpr, inner.consts, *values)
+            out = _eval_rounded(inner.jaxpr, inner.consts, *values, constant_args=constants)
         else:
+            if name == "div" and is_float and not constants[0]:  # one divisor per element, never a broadcast
+                numerator, divisor = values
+                values = [numerator, jnp.where(numerator == numerator, divisor, numerator)]
             out = eqn.primitive.bind(*values, **{k: _rounding_param(v) for k, v in eqn.params.items()})
             out = out if eqn.primitive.multiple_results else [out]
-            if eqn.primitive.name in _PRODUCTS and jnp.issubdtype(eqn.outvars[0].aval.dtype, jnp.floating):
+            if is_float and (name in _ROUNDED or (name in _SUMS and any(constants))) and not all(constants):
                 out = [_rounded(out[0])]
+        if all(constants):
+            constant.update(v for v in eqn.outvars if not isinstance(v, jax_core.DropVar))
         for v, x in zip(eqn.outvars, out):
             if not isinstance(v, jax_core.DropVar):
                 env[v] = x
@@ -1737,7 +1756,7 @@ def _rounding_param(value):
     """A primitive's parameter with its sub-jaxprs (while body and cond, cond branches, scan body) rounding."""
     def rounding(closed):
         avals = [v.aval for v in closed.jaxpr.invars]
-        return jax.make_jaxpr(lambda *a: _eval_rounding_products(closed.jaxpr, closed.consts, *a))(*avals)
+        return jax.make_jaxpr(lambda *a: _eval_rounded(closed.jaxpr, closed.consts, *a))(*avals)
 
     if isinstance(value, jax_core.ClosedJaxpr):
         return rounding(value)
@@ -1746,11 +1765,11 @@ def _rounding_param(value):
     return value
 
 
-def _products_rounded(fn):
-    """fn with every float product rounded on its own (see above); same arguments and results."""
+def _rounded_like_c(fn):
+    """fn with every float operation rounded on its own (see above); same arguments and results."""
     def rounded(*args):
         closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
-        out = _eval_rounding_products(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
+        out = _eval_rounded(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
         return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
     return rounded
 
@@ -1764,7 +1783,7 @@ def _step(key, state: State, action):
 
 
 def step(key, state: State, action):
-    return _products_rounded(_step)(key, state, action)
+    return _rounded_like_c(_step)(key, state, action)
 
 
 def _terrain(key):
@@ -1793,7 +1812,7 @@ def _terrain(key):
 def reset(key):
     """gymnasium's reset: terrain, the walker standing at the start, a random push of the hull, and the step
     with a zero action whose observation reset returns. Proxy ids are those of a fresh b2World."""
-    return _products_rounded(_reset)(key)
+    return _rounded_like_c(_reset)(key)
 
 
 def _reset(key):
