@@ -115,6 +115,10 @@ SEED = int(os.environ.get("AUTORL_SEED", 1))
 MAX_ENV_STEPS = int(os.environ.get("AUTORL_MAX_ENV_STEPS", 0))
 OUTPUT_DIR = Path(os.environ.get("AUTORL_OUTPUT_DIR", "out"))
 JAX_CACHE_DIR = os.environ.get("AUTORL_JAX_CACHE_DIR")  # the runner's compilation cache (empty for every run)
+# A run longer than one sitting (verification's L4 on a slow backend: hours) saves the host path's
+# training here every CHECKPOINT_SECONDS and, started again, goes on from it. Never set by a night.
+CHECKPOINT_DIR = os.environ.get("AUTORL_CHECKPOINT_DIR")
+CHECKPOINT_SECONDS = float(os.environ.get("AUTORL_CHECKPOINT_SECONDS", 300))
 HOST_SPECS = ("envpool", "gymnasium", "reference", "mujoco_batch")  # vector backends: stepped from a Python loop (host, jax-host)
 SCALARS = ("logp", "reward", "valid", "terminated", "done", "finished_return", "discounted_return")  # jax-e2e rollout
 # LEARNER = "auto" trains a Rust translation or envpool with the JAX learner (jax-host) from this budget
@@ -356,6 +360,44 @@ def steps_spent(env_steps, next_steps):
     return bool(MAX_ENV_STEPS) and env_steps + next_steps > MAX_ENV_STEPS
 
 
+class HostCheckpoint:
+    """The host path's training state in CHECKPOINT_DIR/host.pt: the networks, Adam's moments, the
+    normalisers, the counters and torch's random state. A resumed run starts new episodes (the envs'
+    own state is not kept), seeded apart from the first run's."""
+
+    def __init__(self, directory):
+        self.path = Path(directory) / "host.pt"
+        self.saved_at = time.time()
+
+    def save(self, agent, optimizer, obs_rms, return_rms, discounted_return, counters):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        state = {"agent": {k: v.cpu() for k, v in agent.state_dict().items()}, "adam_steps": optimizer.steps,
+                 "exp_avg": [t.cpu() for t in optimizer.exp_avg], "exp_avg_sq": [t.cpu() for t in optimizer.exp_avg_sq],
+                 "obs_rms": vars(obs_rms), "return_rms": vars(return_rms), "discounted_return": discounted_return,
+                 "counters": counters, "torch_rng": torch.get_rng_state()}
+        partial = self.path.with_suffix(".partial")
+        torch.save(state, partial)
+        os.replace(partial, self.path)  # a kill while saving leaves the previous checkpoint whole
+        self.saved_at = time.time()
+
+    def due(self):
+        return time.time() - self.saved_at >= CHECKPOINT_SECONDS
+
+    def restore(self, agent, optimizer, obs_rms, return_rms, device):
+        """The saved counters (env_steps, updates, recent_returns) after loading the rest, or None."""
+        if not self.path.exists():
+            return None
+        state = torch.load(self.path, weights_only=False)
+        agent.load_state_dict(state["agent"])
+        optimizer.steps = state["adam_steps"]
+        for mine, saved in zip(optimizer.exp_avg + optimizer.exp_avg_sq, state["exp_avg"] + state["exp_avg_sq"]):
+            mine.copy_(saved.to(device))
+        vars(obs_rms).update(state["obs_rms"])
+        vars(return_rms).update(state["return_rms"])
+        torch.set_rng_state(state["torch_rng"])
+        return state["counters"], state["discounted_return"]
+
+
 def train_host(spec, problem, agent):
     """PPO from a torch loop over evaluate.make_vec_env. Returns the figures, the observation
     normalisation and what export_check compares the artifact with."""
@@ -393,14 +435,18 @@ def train_host(spec, problem, agent):
     check_every = max(1, T // 16)  # raw observations kept from each rollout for export_check
     check_obs = []
 
-    raw_obs, _ = envs.reset(seed=SEED)
+    env_steps, updates, recent_returns = 0, 0, []
+    checkpoint = HostCheckpoint(CHECKPOINT_DIR) if CHECKPOINT_DIR else None
+    restored = checkpoint.restore(agent, optimizer, obs_rms, return_rms, device) if checkpoint else None
+    if restored:
+        (env_steps, updates, recent_returns), discounted_return = restored
+        print(f"resumed from {checkpoint.path}: {env_steps} env steps, {updates} updates", flush=True)
+    resumed_at = env_steps
+    raw_obs, _ = envs.reset(seed=SEED + 7919 * updates)  # a resumed run's episodes: not the first run's again
     if p.normalise_obs:
         obs_rms.update(raw_obs.reshape(N, -1))
     prev_done = np.zeros(N, bool)
     episode_return = np.zeros(N)
-    recent_returns = []
-    env_steps = 0
-    updates = 0
     approx_kl = 0.0
     deadline = START + TIME_BUDGET
     # No iteration (rollout + update) starts that would end past the deadline. The first one's cost
@@ -527,10 +573,13 @@ def train_host(spec, problem, agent):
         updates += 1
         # a slow iteration raises the estimate at once, a fast one lowers it slowly
         iteration_seconds = max(time.time() - iteration_start, 0.9 * (iteration_seconds or 0.0))
+        if checkpoint and checkpoint.due():
+            checkpoint.save(agent, optimizer, obs_rms, return_rms, discounted_return,
+                            (env_steps, updates, recent_returns[-100:]))
         elapsed = time.time() - start
         last_return = float(np.mean(recent_returns[-20:])) if recent_returns else float("nan")
         print(
-            f"update {updates} steps {env_steps} sps {env_steps / elapsed:.0f} "
+            f"update {updates} steps {env_steps} sps {(env_steps - resumed_at) / elapsed:.0f} "
             f"return(last 20 episodes) {last_return:.2f} kl {approx_kl:.4f} time {time.time() - START:.0f}s",
             flush=True,
         )
@@ -545,7 +594,8 @@ def train_host(spec, problem, agent):
             return agent.actor(torch.from_numpy(features(np.asarray(raw), obs_rms))).numpy()
 
     return {
-        "figures": {"device": str(device), "env_steps": env_steps, "training_seconds": end - start,
+        "figures": {"device": str(device), "env_steps": env_steps, "resumed_at": resumed_at,
+                    "training_seconds": end - start,
                     "wall_seconds": end - START, "updates": updates,
                     "episode_return": float(np.mean(recent_returns[-20:])) if recent_returns else float("nan"),
                     "episodes": len(recent_returns)},
@@ -1359,7 +1409,9 @@ def main():
     print(f"path: {path}")
     print(f"device: {figures['device']}")
     print(f"env_steps: {figures['env_steps']}")
-    print(f"sps: {figures['env_steps'] / max(figures['training_seconds'], 1e-9):.0f}")
+    print(f"sps: {(figures['env_steps'] - figures.get('resumed_at', 0)) / max(figures['training_seconds'], 1e-9):.0f}")
+    if figures.get("resumed_at"):
+        print(f"resumed_at: {figures['resumed_at']}")
     print(f"training_seconds: {figures['training_seconds']:.1f}")
     print(f"wall_seconds: {figures['wall_seconds']:.1f}")
     if "compile_seconds" in figures:

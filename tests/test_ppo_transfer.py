@@ -12,7 +12,7 @@ from envs_fast.rust_build import rustc_available
 from envs_fast.verify import Settings, verify
 from tests.train_helpers import edited_copy
 
-pytestmark = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
+needs_rustc = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
 
 # 60k env steps of train.py's PPO at 32 envs balance CartPole (500) on the reference: the two sides agree
 # within 50; the mirrored port's policy scores about 10 there. The jax-host path's larger batch of long
@@ -46,6 +46,7 @@ def l4(root, port, kept=None):
     return level, {check.name: check for check in level.checks}
 
 
+@needs_rustc
 def test_ppo_trained_on_a_faithful_port_scores_as_ppo_trained_on_the_reference(tmp_path, verdicts, monkeypatch):
     root, port = checkout_declaring_transfer(tmp_path / "checkout")
     cache.store_verdict(str(port), "CartPole-v1", [1, 2, 3], True, "L1-L3 passed (test verdict)")
@@ -74,6 +75,7 @@ def test_ppo_trained_on_a_faithful_port_scores_as_ppo_trained_on_the_reference(t
     assert retrained == {"backend-seed1"}
 
 
+@needs_rustc
 def test_ppo_trained_on_a_mirrored_port_fails_transfer_with_its_scores(tmp_path, verdicts):
     root, port = checkout_declaring_transfer(tmp_path / "checkout", mirrored=True)
     cache.store_verdict(str(port), "CartPole-v1", [1, 2, 3], True, "a port that slipped through (test verdict)")
@@ -86,8 +88,43 @@ def test_ppo_trained_on_a_mirrored_port_fails_transfer_with_its_scores(tmp_path,
     assert "seed 1:" in transfer.detail and "margin +-50" in transfer.detail
 
 
+@needs_rustc
 def test_without_a_passing_verdict_the_port_is_not_trained_on(tmp_path, verdicts):
     root, port = checkout_declaring_transfer(tmp_path / "checkout")
     level, checks = l4(root, port)
     assert not level.passed
     assert "no passing verdict" in checks["trained on the backend (PPO)"].detail
+
+
+# A stand-in train.py: what a run started in its folder finds there, then its summary.
+FOLDER_PROBE = '''import os, sys
+from pathlib import Path
+folder = Path(os.environ["AUTORL_OUTPUT_DIR"])
+checkpoint = Path(os.environ["AUTORL_CHECKPOINT_DIR"])
+print("checkpoint kept:", (checkpoint / "host.pt").exists(), "inside the run's folder:", checkpoint.parent == folder)
+print("---")
+print("backend: reference")
+print("env_steps: 10")
+'''
+
+
+def test_a_stopped_training_run_keeps_its_checkpoint_unless_it_is_outdated(tmp_path):
+    """A run's folder outlives a stopped L4 (hours of training on a slow port): started again under the same
+    identity, train.py finds its checkpoint; under another (the port or train.py changed) it starts afresh."""
+    from envs_fast.verify import ppo_transfer
+
+    folder = tmp_path / "backend-seed1"
+    identity = {"backend": "port-sha-1", "seed": 1}
+    first = ppo_transfer.train(tmp_path, folder, FOLDER_PROBE, "CartPole-v1", 10, 1, tmp_path / "jax", identity)
+    assert first["env_steps"] == 10 and first["backend"] == "reference"
+    assert "checkpoint kept: False inside the run's folder: True" in (folder / "train.log").read_text()
+
+    (folder / "checkpoint").mkdir()
+    (folder / "checkpoint" / "host.pt").write_bytes(b"saved training")  # what train.py left when stopped
+    ppo_transfer.train(tmp_path, folder, FOLDER_PROBE, "CartPole-v1", 10, 1, tmp_path / "jax", identity)
+    assert "checkpoint kept: True" in (folder / "train.log").read_text().splitlines()[-4]
+
+    ppo_transfer.train(tmp_path, folder, FOLDER_PROBE, "CartPole-v1", 10, 1, tmp_path / "jax",
+                       dict(identity, backend="port-sha-2"))
+    log = (folder / "train.log").read_text()
+    assert "checkpoint kept: False" in log and "checkpoint kept: True" not in log  # a fresh folder, a fresh log

@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "training run instead of the declared ones (a quicker, weaker check)")
     parser.add_argument("--l4-seeds", type=int, help="L4 of a translation declaring TRANSFER_PPO: seeds per side")
     parser.add_argument("--l4-dir", help="L4 of a translation declaring TRANSFER_PPO: keep each training run here; "
-                        "a run already finished there is not trained again (resumes a stopped check)")
+                        "a run already finished there is not trained again, and one stopped midway goes on from "
+                        "its checkpoint (resumes a stopped check)")
     return parser
 
 

@@ -22,7 +22,9 @@ backend trains only with a passing L1-L3 verdict, as in a night.
 Hours at the declared steps on 2 cores: with `--l4-dir DIR` every run's folder (train.log, policy.pt,
 run.json) is kept there, and a run whose run.json matches (what its side trains on: the backend's content
 or gymnasium's version; train.py text, env steps, seed, side) is not trained again, so a stopped check
-resumes and a changed port retrains only its own side.
+resumes and a changed port retrains only its own side. Within a run, train.py's host path (the one a JAX
+translation's L4 trains on) saves a checkpoint every 5 minutes (AUTORL_CHECKPOINT_DIR), and a run stopped
+midway goes on from it with new episodes: the JAX BipedalWalker port's runs take ~3 h each on this CPU.
 """
 from __future__ import annotations
 
@@ -107,7 +109,8 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
                             "seed": seed, "eval_seed": eval_seed}
                 trained = finished_run(folder, identity)
                 if trained is None:
-                    trained = train(root, folder, texts[side], ctx.env_id, env_steps, seed, work / "jax-cache")
+                    trained = train(root, folder, texts[side], ctx.env_id, env_steps, seed, work / "jax-cache",
+                                    identity)
                     if "error" in trained:
                         report.add(f"PPO trains on the {side}", False, trained["error"])
                         return
@@ -131,25 +134,36 @@ def finished_run(folder: Path, identity: dict) -> dict | None:
     return record["run"] if record.get("identity") == identity else None
 
 
-def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed: int, jax_cache: Path) -> dict:
-    """One training run of `text` (a train.py) for `env_steps`; its summary, or {"error": why}."""
-    if folder.exists():  # an unfinished or outdated run: trained again from scratch
+def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed: int, jax_cache: Path,
+          identity: dict) -> dict:
+    """One training run of `text` (a train.py) for `env_steps`; its summary, or {"error": why}. A run
+    stopped midway under the same identity goes on from its checkpoint (train.py's host path saves one
+    every few minutes); an outdated one trains again from scratch."""
+    started_as = folder / "identity.json"
+    try:
+        same = json.loads(started_as.read_text()) == identity
+    except (OSError, ValueError):
+        same = False
+    if folder.exists() and not same:
         shutil.rmtree(folder)
-    (folder / "candidate").mkdir(parents=True)
+    (folder / "candidate").mkdir(parents=True, exist_ok=True)
+    started_as.write_text(json.dumps(identity))
     script = folder / "candidate" / "train.py"
     script.write_text(text)
     # the copy imports evaluate and envs_fast from the checkout (PYTHONPATH), as the original would
     time_budget = 600 + env_steps / SLOWEST_SPS
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                AUTORL_ENV_ID=env_id, AUTORL_TIME_BUDGET=str(time_budget), AUTORL_MAX_ENV_STEPS=str(env_steps),
-               AUTORL_SEED=str(seed), AUTORL_OUTPUT_DIR=str(folder), AUTORL_JAX_CACHE_DIR=str(jax_cache))
+               AUTORL_SEED=str(seed), AUTORL_OUTPUT_DIR=str(folder), AUTORL_JAX_CACHE_DIR=str(jax_cache),
+               AUTORL_CHECKPOINT_DIR=str(folder / "checkpoint"))
     started = time.monotonic()
     try:
         proc = subprocess.run([sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True,
                               timeout=time_budget + 600)
     except subprocess.TimeoutExpired as exc:
         return {"error": f"train.py (seed {seed}) did not finish {env_steps:,} env steps in {exc.timeout:.0f} s"}
-    (folder / "train.log").write_text(proc.stdout + proc.stderr)
+    with open(folder / "train.log", "a") as log:  # a resumed run's log follows the stopped one's
+        log.write(proc.stdout + proc.stderr)
     tail = proc.stdout.rsplit("\n---\n", 1)
     if proc.returncode != 0 or len(tail) < 2:
         return {"error": f"train.py (seed {seed}) exited {proc.returncode}: "
