@@ -128,3 +128,36 @@ def test_a_stopped_training_run_keeps_its_checkpoint_unless_it_is_outdated(tmp_p
                        dict(identity, backend="port-sha-2"))
     log = (folder / "train.log").read_text()
     assert "checkpoint kept: False" in log and "checkpoint kept: True" not in log  # a fresh folder, a fresh log
+
+
+def test_the_progress_of_a_long_l4_reads_from_its_run_folders(tmp_path):
+    """bench/l4_progress.py: a finished run's score, a stopped one's last checkpoint (what a measurement over
+    several sittings commits as it goes)."""
+    import json
+    import subprocess
+    import sys
+
+    import numpy as np
+
+    from tests.train_helpers import REPO, load_train
+
+    finished, stopped = tmp_path / "reference-seed1", tmp_path / "backend-seed1"
+    finished.mkdir()
+    (finished / "run.json").write_text(json.dumps({
+        "identity": {"backend": "reference:1.2.2", "env_steps": 3_000_000},
+        "run": {"env_steps": 2_995_216, "seconds": 1220.0, "path": "host", "score": {"mean": 297.3, "std": 39.7}}}))
+    stopped.mkdir()
+    (stopped / "identity.json").write_text(json.dumps({"backend": "file:0123456789abcdef", "env_steps": 3_000_000}))
+    train = load_train("BipedalWalker-v3", 1, tmp_path)
+    agent = train.Agent(24, 4, discrete=False)
+    train.HostCheckpoint(stopped / "checkpoint").save(
+        agent, train.Adam(agent.parameters(), lr=3e-4), train.RunningMeanStd((24,)), train.RunningMeanStd(()),
+        np.zeros(32), (812_345, 99, [-100.0, 20.0]))
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "l4_progress.py"), str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[1].startswith("backend-seed1 (trains on file:0123456789ab, 3,000,000 env steps): training; checkpoint")
+    assert "812,345 env steps, 99 updates, return of its last 20 episodes -40.0" in lines[1]
+    assert lines[2] == ("reference-seed1 (trains on reference:1.2.2, 3,000,000 env steps): FINISHED 2,995,216 env steps "
+                        "in 1220 s on path 'host'; score 297.3 (sd 39.7) on the reference env")
