@@ -271,7 +271,10 @@ def test_a_detuned_constant_is_walked_back_past_its_first_range(tmp_path):
     last_keep_moved_up, repeated = False, 0
     for _ in range(16):
         best = values(night.best_text)["GAMMA"]
-        ctx, _, text = night.propose()
+        try:
+            ctx, _, text = night.propose()
+        except NoMoreProposals:  # a search of one constant can try every neighbour of its best
+            break
         gamma = values(text)["GAMMA"]
         if last_keep_moved_up:
             repeated += gamma > best  # the first trial after a keep goes on the same way
@@ -288,7 +291,8 @@ def test_a_discount_is_searched_below_one_whatever_its_value():
     for name, value in (("GAMMA", 0.8), ("GAE_LAMBDA", 0.6), ("GAMMA", 0.99), ("GAMMA", 0.3)):
         dist = distribution_for(name, value)
         assert dist.low <= value <= dist.high < 1, (name, value, dist)
-    assert distribution_for("GAMMA", 0.8).low == 0.5 and distribution_for("GAMMA", 0.8).high == pytest.approx(0.95)
+    # 0.5 to 0.95 around 0.8, reaching its usual default 0.99 (the prior's second move)
+    assert distribution_for("GAMMA", 0.8).low == 0.5 and distribution_for("GAMMA", 0.8).high == pytest.approx(0.99)
     assert neighbour(0.8, distribution_for("GAMMA", 0.8), 2, random.Random(0), sign=1) == pytest.approx(0.9)
     assert distribution_for("CLIP_COEF", 0.8).high == pytest.approx(2.4)
 
@@ -314,6 +318,23 @@ def test_a_constant_far_from_where_ppo_usually_sits_is_tried_towards_there_first
     shipped = Night(tmp_path / "shipped")
     shipped.propose()
     assert "prior" not in trial_of(shipped.agent.study, 1).user_attrs
+
+
+def test_a_detune_its_range_edge_does_not_mend_is_tried_at_its_usual_default_next(tmp_path, monkeypatch):
+    """A drawn night's detune, JAX_NUM_STEPS 64 -> 1 (Pendulum at 10 s on the jax-e2e path): the prior's
+    first trial moves it to the nearest edge of its usual range (8), which recovered nothing there; the
+    second tries its usual default (PureJaxRL's 128), before any random neighbour."""
+    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
+    text = REAL_TRAIN_PY.replace("JAX_NUM_STEPS = 64 ", "JAX_NUM_STEPS = 1 ").replace(
+        'BACKEND = "auto"', 'BACKEND = "gymnax"')  # the jax-e2e path, which reads JAX_NUM_STEPS
+    assert training_path(read_block(text), "CartPole-v1", AUTORL_ROOT) == "jax-e2e"
+    night = Night(tmp_path, text=text)
+    ctx, _, first = night.propose()
+    assert changed(values(text), values(first)) == {"JAX_NUM_STEPS": (1, 8)}
+    night.tell(ctx, first, "discard", 0.0)
+    ctx, _, second = night.propose()
+    assert changed(values(text), values(second)) == {"JAX_NUM_STEPS": (1, 128)}
+    assert trial_of(night.agent.study, 2).user_attrs["prior"] is True
 
 
 def screen_trials(night, text, outcome):

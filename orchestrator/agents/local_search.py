@@ -29,25 +29,34 @@ DISCOUNT_WORDS = ("GAMMA", "LAMBDA")   # a discount or a GAE lambda: below 1 wha
 
 def distribution_for(name: str, value) -> Optional[BaseDistribution]:
     """A search range around the baseline value (None: the constant stays fixed), reaching the
-    constant's usual range when the value is outside it (ppo_priors)."""
+    constant's usual range, and its usual default, when the value is outside it (ppo_priors)."""
     dist = _range_around(name, value)
     typical = typical_range(name)
     if typical is None or isinstance(value, bool) or not isinstance(value, (int, float)):
         return dist
+    atypical = not typical[0] <= value <= typical[1]
+    default = prior_of(name).default
     if isinstance(dist, CategoricalDistribution):  # powers of two: the one nearest the range joins the choices
-        if typical[0] <= value <= typical[1] or not all(isinstance(c, int) for c in dist.choices):
+        if not atypical or not all(isinstance(c, int) for c in dist.choices):
             return dist
-        edge = typical[0] if value < typical[0] else typical[1]
-        power = 2 ** round(math.log2(max(edge, 1)))
-        power = power if typical[0] <= power <= typical[1] else int(edge)
-        return _categorical(list(dist.choices), value) if power in dist.choices else \
-            CategoricalDistribution(sorted(set(dist.choices) | {power}))
+        extra = {_nearest_power(typical[0] if value < typical[0] else typical[1], typical)}
+        if isinstance(default, int) and not isinstance(default, bool):
+            extra.add(_nearest_power(default, typical))
+        return CategoricalDistribution(sorted(set(dist.choices) | extra))
     if not isinstance(dist, (FloatDistribution, IntDistribution)):
         return dist
     low, high = min(dist.low, typical[1]), max(dist.high, typical[0])   # the nearest edge at least
+    if atypical and isinstance(default, (int, float)) and not isinstance(default, bool):
+        low, high = min(low, default), max(high, default)   # and the default the prior tries after it
     if dist.log and low <= 0:
         return dist
     return type(dist)(type(dist.low)(low), type(dist.high)(high), log=dist.log)
+
+
+def _nearest_power(value: float, typical: tuple) -> int:
+    """The power of two nearest `value`, if it is inside the usual range, else `value` itself."""
+    power = 2 ** round(math.log2(max(value, 1)))
+    return power if typical[0] <= power <= typical[1] else int(value)
 
 
 def _range_around(name: str, value) -> Optional[BaseDistribution]:
@@ -99,7 +108,8 @@ def search_space(constants: list[Constant], only: Optional[set[str]] = None) -> 
 # Where each constant usually sits (ppo_priors.PRIORS, from CleanRL's, SB3's, the rl-zoo's and
 # PureJaxRL's configs): a constant of the best outside its range is the likeliest mistake in it, so
 # the first trials around a best move such constants to the nearest edge of their range (a flag to
-# its usual value), the furthest out first, before any random neighbour. (All the way in one trial:
+# its usual value), the furthest out first, then to their usual default, before any random neighbour.
+# (The search space of such a constant reaches its default for that.) (All the way in one trial:
 # an octave at a time, GAMMA 0.8 -> 0.9 on Pendulum gained +276 but so unevenly across seeds that
 # the keep rule could not tell it from noise.) The shipped train.py has none outside.
 def typical_range(name: str) -> Optional[tuple]:
@@ -119,8 +129,10 @@ def steps_between(value: float, edge: float, dist: BaseDistribution) -> float:
 def towards_typical(centre: dict, space: dict[str, BaseDistribution]) -> list[dict]:
     """The centre with one atypical constant moved to the nearest edge of its usual range (on the
     constant's step grid, inside its search bounds; a flag to its usual value; a power of two to the
-    nearest one in range), one configuration per such constant, the furthest out first."""
-    moves = []
+    nearest one in range), one configuration per such constant, the furthest out first; then each such
+    constant at its usual default (the edge may still be far from where this problem wants it: JAX_NUM_STEPS
+    1 -> 8 on Pendulum at 10 s recovered nothing of the 64 the shipped train.py has)."""
+    edges, defaults = [], []
     for name, dist in space.items():
         prior, value = prior_of(name), centre.get(name)
         if prior is None or value is None or isinstance(value, str) or not prior.atypical(value):
@@ -138,10 +150,28 @@ def towards_typical(centre: dict, space: dict[str, BaseDistribution]) -> list[di
         else:
             edge, sign = (prior.low, 1) if value < prior.low else (prior.high, -1)
             far = steps_between(value, edge, dist)
-            params[name] = neighbour(value, dist, max(1, round(far)), random.Random(0), sign)
+            moved = neighbour(value, dist, max(1, round(far)), random.Random(0), sign)
+            # at the edge, not past it on the step grid (the space may reach on to the default)
+            params[name] = type(value)(min(moved, edge) if sign > 0 else max(moved, edge))
         if format_value(params[name]) != format_value(value):
-            moves.append((-far, name, params))
-    return [params for _, _, params in sorted(moves, key=lambda m: (m[0], m[1]))]
+            edges.append((-far, name, params))
+        default = _default_in(prior, value, dist)
+        if default is not None and format_value(default) not in (format_value(value), format_value(params[name])):
+            defaults.append((-far, name, {**centre, name: default}))
+    order = lambda m: (m[0], m[1])  # noqa: E731
+    return [params for _, _, params in sorted(edges, key=order) + sorted(defaults, key=order)]
+
+
+def _default_in(prior, value, dist: BaseDistribution):
+    """The prior's default as a value of the constant's search space (None for a flag or when absent)."""
+    if isinstance(value, bool) or isinstance(prior.default, bool) or not isinstance(prior.default, (int, float)):
+        return None
+    if isinstance(dist, CategoricalDistribution):
+        numbers = [c for c in dist.choices if isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0]
+        if not numbers or prior.default <= 0:
+            return None
+        return min(numbers, key=lambda c: abs(math.log2(c / prior.default)))
+    return clip(type(value)(prior.default), dist)
 
 
 def _discount_like(dist: BaseDistribution) -> bool:

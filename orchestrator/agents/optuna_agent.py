@@ -8,8 +8,8 @@ own scales (half an octave for rates and sizes, a sixteenth of the range for sig
 never a configuration tried before. A constant outside the range it usually sits in (ppo_priors:
 every constant of the block, from the literature: GAMMA 0.8, a learning rate of 1e-5, observation
 normalisation off, 2 steps per rollout) is the likeliest mistake, so the first
-trials move such constants to the nearest edge of their range, and a trial that follows a keep repeats the move
-that won. Then the first trials around a best move one constant by one
+trials move such constants to the nearest edge of their range, then to their usual default, and a trial that
+follows a keep repeats the move that won. Then the first trials around a best move one constant by one
 step; the coarse moves (a flag flipped, a power of two doubled or halved, another choice) wait for
 the second radius. The longer the best stays put, the wider the trials go: every WIDEN_EVERY
 trials around the same best allow one more constant and one more step. A keep moves the best, and
