@@ -322,8 +322,8 @@ def test_a_constant_far_from_where_ppo_usually_sits_is_tried_towards_there_first
 
 def test_a_detune_its_range_edge_does_not_mend_is_tried_at_its_usual_default_next(tmp_path, monkeypatch):
     """A drawn night's detune, JAX_NUM_STEPS 64 -> 1 (Pendulum at 10 s on the jax-e2e path): the prior's
-    first trial moves it to the nearest edge of its usual range (8), which recovered nothing there; the
-    second tries its usual default (PureJaxRL's 128), before any random neighbour."""
+    first trial moves it to the nearest edge of its usual range (8); if that is not kept, the second tries
+    its usual default (PureJaxRL's 128), before any random neighbour (the space around 1 reaches it)."""
     monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
     text = REAL_TRAIN_PY.replace("JAX_NUM_STEPS = 64 ", "JAX_NUM_STEPS = 1 ").replace(
         'BACKEND = "auto"', 'BACKEND = "gymnax"')  # the jax-e2e path, which reads JAX_NUM_STEPS

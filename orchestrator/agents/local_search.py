@@ -130,8 +130,9 @@ def towards_typical(centre: dict, space: dict[str, BaseDistribution]) -> list[di
     """The centre with one atypical constant moved to the nearest edge of its usual range (on the
     constant's step grid, inside its search bounds; a flag to its usual value; a power of two to the
     nearest one in range), one configuration per such constant, the furthest out first; then each such
-    constant at its usual default (the edge may still be far from where this problem wants it: JAX_NUM_STEPS
-    1 -> 8 on Pendulum at 10 s recovered nothing of the 64 the shipped train.py has)."""
+    constant at its usual default: an edge can still be far from where the problem wants it, and the
+    space derived around a detuned value ended at the edge (a drawn JAX_NUM_STEPS 64 -> 1 was searched
+    over 1..8, so no trial could reach 64 or 128 without keeps on the way)."""
     edges, defaults = [], []
     for name, dist in space.items():
         prior, value = prior_of(name), centre.get(name)
