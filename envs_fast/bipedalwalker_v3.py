@@ -58,6 +58,7 @@ from envs_fast.protocol import import_file, sync_companion
 sync = import_file(sync_companion(__file__), "_envs_fast_bipedalwalker_sync")
 CHAOTIC, EPISODE_OUTCOMES = sync.CHAOTIC, sync.EPISODE_OUTCOMES
 STATE_CATEGORIES, VERIFY_POLICIES = sync.STATE_CATEGORIES, sync.VERIFY_POLICIES
+TRANSFER_PPO = sync.TRANSFER_PPO  # L4 as the Rust port's: PPO trained here scores as PPO trained on gymnasium
 
 ENV_ID = "BipedalWalker-v3"
 

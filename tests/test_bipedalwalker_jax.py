@@ -299,3 +299,16 @@ def test_a_step_is_the_rust_ports_bit_for_bit(batched_step):
         jax_state = _rust_flat(_row(next_state, i))
         differ = {name for name, a, b, c in zip(rust.state_fields, jax_state, rust_state[i], compared) if c and a != b}
         assert differ <= cut_list_flags.get(i, set()), f"sample {i}: {sorted(differ)[:10]}"
+
+
+def test_the_jax_port_declares_the_rust_ports_verification():
+    """Both ports are checked alike: the same scripted policies, state categories, chaos and L4 by PPO
+    transfer (not the CEM check of classic control, which a verify of the JAX port once ran instead)."""
+    from envs_fast.verify.declarations import declarations_of
+
+    root = Path(port.__file__).resolve().parent
+    jax_port = declarations_of(str(root / "bipedalwalker_v3.py"))
+    rust_port = declarations_of(str(root / "bipedalwalker_v3.rs"))
+    assert jax_port.transfer_ppo == rust_port.transfer_ppo and jax_port.transfer_ppo["env_steps"] == 3_000_000
+    assert jax_port.chaotic and [p.name for p in jax_port.policies] == [p.name for p in rust_port.policies]
+    assert set(jax_port.state_categories) == set(rust_port.state_categories)
