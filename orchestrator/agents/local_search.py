@@ -164,14 +164,9 @@ def towards_typical(centre: dict, space: dict[str, BaseDistribution]) -> list[di
 
 
 def _default_in(prior, value, dist: BaseDistribution):
-    """The prior's default as a value of the constant's search space (None for a flag or when absent)."""
+    """The prior's usual default as a value of the constant's search space (None for a flag)."""
     if isinstance(value, bool) or isinstance(prior.default, bool) or not isinstance(prior.default, (int, float)):
         return None
-    if isinstance(dist, CategoricalDistribution):
-        numbers = [c for c in dist.choices if isinstance(c, (int, float)) and not isinstance(c, bool) and c > 0]
-        if not numbers or prior.default <= 0:
-            return None
-        return min(numbers, key=lambda c: abs(math.log2(c / prior.default)))
     return clip(type(value)(prior.default), dist)
 
 
@@ -201,8 +196,7 @@ def screening_moves(centre: dict, space: dict[str, BaseDistribution]) -> list[tu
         dist, value = space[name], centre[name]
         prior = prior_of(name)
         params = dict(centre)
-        default = None if prior is None or isinstance(prior.default, bool) or isinstance(value, bool) \
-            else clip(type(value)(prior.default), dist)
+        default = None if prior is None else _default_in(prior, value, dist)
         if isinstance(value, bool):
             params[name] = not value
         elif default is not None and format_value(default) != format_value(value) \
