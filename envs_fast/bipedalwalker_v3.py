@@ -20,7 +20,7 @@ reuses that companion) split into float32 arrays in the same order; feature ids 
 `FEATURE_CODE` (ia + 8 ib + 64 ta + 128 tb) because Box2D's 32-bit key is not exact in float32.
 
 Where this deviates from the Rust port (none of it is an approximation of the physics):
-- step and reset round every float operation on its own (_rounded_like_c): XLA's CPU compiler would
+- step and reset round every float operation on its own (envs_fast.c_rounding): XLA's CPU compiler would
   fuse a*b+c into one fused multiply-add, and its algebraic simplifier rewrites (a - c1) - c2, a / c,
   a / b / c and a / sqrt(b) into other roundings; the solver's 180 iterations carry such a last bit on
   (it made L2 and L3 fail). With it, one step from each of L2's 2231 rollout states, time of impact
@@ -50,8 +50,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.extend import core as jax_core
 
+from envs_fast.c_rounding import rounded_like_c
 from envs_fast.protocol import import_file, sync_companion
 
 # The companion beside this file, not the package's: the one a verdict hashes and a snapshot carries.
@@ -1696,85 +1696,6 @@ def _state_from_world(world: World, terrain_y) -> State:
                  contacts.astype(f32))
 
 
-# ---------------------------------------------------------------- every operation rounded, as Box2D's are
-
-# XLA's CPU compiler tells LLVM to contract a multiply feeding an add into one fused multiply-add
-# (TargetOptions.AllowFPOpFusion = Fast, "always allow FMA fusion", no flag turns it off; XLA_FLAGS
-# --xla_cpu_max_isa=AVX only hides the FMA instructions, for the whole process). An FMA rounds a*b+c
-# once where Box2D (and the Rust port) round twice, and the solver's 180 iterations carry that last bit
-# on. XLA's algebraic simplifier also rewrites float arithmetic it can see through (measured over 1M
-# float32 values, 35-55% of them change): (a - c1) - c2 into a - (c1 + c2) for constants, a / b into
-# a * (1 / b) when b is a constant or a broadcast scalar, a / b / c into a / (b * c), a / (b / c) into
-# a * c / b, a / sqrt(b) into a * rsqrt(b). So the step runs through _rounded_like_c: every float
-# product, quotient and square root, and every sum with a constant, goes through a select neither LLVM
-# nor XLA can see through, and a divisor is made one value per element, so each operation is rounded on
-# its own as in C.
-
-_CALLS = {"jit", "pjit", "closed_call", "core_call", "custom_jvp_call", "custom_vjp_call", "checkpoint", "remat"}
-_ROUNDED = {"mul", "square", "integer_pow", "div", "sqrt"}
-_SUMS = {"add", "sub"}  # rounded when an operand is a constant (XLA folds constants across a chain of them)
-
-
-def _rounded(x):
-    """x, but not an operation's result as far as LLVM's and XLA's simplifiers can tell (NaN stays NaN)."""
-    return lax.select(x == x, x, x + x)
-
-
-def _eval_rounded(jaxpr, consts, *args, constant_args=None):
-    """Evaluate a jaxpr with every float operation rounded on its own (above), inside loops, conds and
-    calls too. A value is constant when it is a literal, a closed-over constant or made from them alone."""
-    env = {}
-    constant = set(jaxpr.constvars) | {v for v, c in zip(jaxpr.invars, constant_args or ()) if c}
-    read = lambda v: v.val if isinstance(v, jax_core.Literal) else env[v]  # noqa: E731
-    is_constant = lambda v: isinstance(v, jax_core.Literal) or v in constant  # noqa: E731
-    env.update(zip(jaxpr.constvars, consts))
-    env.update(zip(jaxpr.invars, args))
-    for eqn in jaxpr.eqns:
-        values = [read(v) for v in eqn.invars]
-        constants = [is_constant(v) for v in eqn.invars]
-        name = eqn.primitive.name
-        is_float = bool(eqn.outvars) and jnp.issubdtype(eqn.outvars[0].aval.dtype, jnp.floating)
-        if name in _CALLS:
-            inner = next(eqn.params[k] for k in ("jaxpr", "call_jaxpr", "fun_jaxpr") if k in eqn.params)
-            out = _eval_rounded(inner.jaxpr, inner.consts, *values, constant_args=constants)
-        else:
-            if name == "div" and is_float and not constants[0]:  # one divisor per element, never a broadcast
-                numerator, divisor = values
-                values = [numerator, jnp.where(numerator == numerator, divisor, numerator)]
-            out = eqn.primitive.bind(*values, **{k: _rounding_param(v) for k, v in eqn.params.items()})
-            out = out if eqn.primitive.multiple_results else [out]
-            if is_float and (name in _ROUNDED or (name in _SUMS and any(constants))) and not all(constants):
-                out = [_rounded(out[0])]
-        if all(constants):
-            constant.update(v for v in eqn.outvars if not isinstance(v, jax_core.DropVar))
-        for v, x in zip(eqn.outvars, out):
-            if not isinstance(v, jax_core.DropVar):
-                env[v] = x
-    return [read(v) for v in jaxpr.outvars]
-
-
-def _rounding_param(value):
-    """A primitive's parameter with its sub-jaxprs (while body and cond, cond branches, scan body) rounding."""
-    def rounding(closed):
-        avals = [v.aval for v in closed.jaxpr.invars]
-        return jax.make_jaxpr(lambda *a: _eval_rounded(closed.jaxpr, closed.consts, *a))(*avals)
-
-    if isinstance(value, jax_core.ClosedJaxpr):
-        return rounding(value)
-    if isinstance(value, tuple) and value and all(isinstance(v, jax_core.ClosedJaxpr) for v in value):
-        return tuple(rounding(v) for v in value)
-    return value
-
-
-def _rounded_like_c(fn):
-    """fn with every float operation rounded on its own (see above); same arguments and results."""
-    def rounded(*args):
-        closed, shapes = jax.make_jaxpr(fn, return_shape=True)(*args)
-        out = _eval_rounded(closed.jaxpr, closed.consts, *jax.tree_util.tree_leaves(args))
-        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shapes), out)
-    return rounded
-
-
 # ---------------------------------------------------------------- the protocol
 
 def _step(key, state: State, action):
@@ -1784,7 +1705,7 @@ def _step(key, state: State, action):
 
 
 def step(key, state: State, action):
-    return _rounded_like_c(_step)(key, state, action)
+    return rounded_like_c(_step)(key, state, action)
 
 
 def _terrain(key):
@@ -1813,7 +1734,7 @@ def _terrain(key):
 def reset(key):
     """gymnasium's reset: terrain, the walker standing at the start, a random push of the hull, and the step
     with a zero action whose observation reset returns. Proxy ids are those of a fresh b2World."""
-    return _rounded_like_c(_reset)(key)
+    return rounded_like_c(_reset)(key)
 
 
 def _reset(key):
