@@ -5,6 +5,8 @@ companion declares a small TRANSFER_PPO: the shipped one transfers, one whose pu
 pushes left) trains a policy that drops the pole on the real env at once."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from envs_fast import cache
@@ -40,8 +42,9 @@ def verdicts(tmp_path, monkeypatch):
     monkeypatch.setenv(cache.CACHE_ENV_VAR, str(tmp_path / "verdicts"))
 
 
-def l4(root, port, kept=None):
-    report = verify("CartPole-v1", str(port), levels=[4], settings=Settings(extra={"l4_dir": kept}), root=root)
+def l4(root, port, kept=None, jobs=None):
+    report = verify("CartPole-v1", str(port), levels=[4], settings=Settings(extra={"l4_dir": kept, "l4_jobs": jobs}),
+                    root=root)
     (level,) = report.levels
     return level, {check.name: check for check in level.checks}
 
@@ -52,8 +55,13 @@ def test_ppo_trained_on_a_faithful_port_scores_as_ppo_trained_on_the_reference(t
     cache.store_verdict(str(port), "CartPole-v1", [1, 2, 3], True, "L1-L3 passed (test verdict)")
     kept = tmp_path / "l4"
     monkeypatch.chdir(root)  # the spec as a user types it: relative to where verify runs
-    level, checks = l4(root, port.relative_to(root), kept)
+    level, checks = l4(root, port.relative_to(root), kept, jobs=2)
     assert level.passed, level.checks
+    # --l4-jobs 2: the backend's run and the reference's trained side by side, each with its own JAX cache
+    backend, reference = (json.loads((kept / f"{side}-seed1" / "run.json").read_text())["run"]
+                          for side in ("backend", "reference"))
+    assert backend["started_at"] < reference["ended_at"] and reference["started_at"] < backend["ended_at"]
+    assert all((kept / f"{side}-seed1" / "jax-cache").is_dir() for side in ("backend", "reference"))
     transfer = checks["PPO trained on the backend transfers (score within the margin)"]
     assert "60,000 env steps per run" in transfer.detail and "LEARNER 'jax'" in transfer.detail
     assert level.largest_deviation["margin"] == 50.0 and abs(level.largest_deviation["mean score difference"]) <= 50
@@ -115,16 +123,16 @@ def test_a_stopped_training_run_keeps_its_checkpoint_unless_it_is_outdated(tmp_p
 
     folder = tmp_path / "backend-seed1"
     identity = {"backend": "port-sha-1", "seed": 1}
-    first = ppo_transfer.train(tmp_path, folder, FOLDER_PROBE, "CartPole-v1", 10, 1, tmp_path / "jax", identity)
+    first = ppo_transfer.train(tmp_path, folder, FOLDER_PROBE, "CartPole-v1", 10, 1, identity)
     assert first["env_steps"] == 10 and first["backend"] == "reference"
     assert "checkpoint kept: False inside the run's folder: True" in (folder / "train.log").read_text()
 
     (folder / "checkpoint").mkdir()
     (folder / "checkpoint" / "host.pt").write_bytes(b"saved training")  # what train.py left when stopped
-    ppo_transfer.train(tmp_path, folder, FOLDER_PROBE, "CartPole-v1", 10, 1, tmp_path / "jax", identity)
+    ppo_transfer.train(tmp_path, folder, FOLDER_PROBE, "CartPole-v1", 10, 1, identity)
     assert "checkpoint kept: True" in (folder / "train.log").read_text().splitlines()[-4]
 
-    ppo_transfer.train(tmp_path, folder, FOLDER_PROBE, "CartPole-v1", 10, 1, tmp_path / "jax",
+    ppo_transfer.train(tmp_path, folder, FOLDER_PROBE, "CartPole-v1", 10, 1,
                        dict(identity, backend="port-sha-2"))
     log = (folder / "train.log").read_text()
     assert "checkpoint kept: False" in log and "checkpoint kept: True" not in log  # a fresh folder, a fresh log

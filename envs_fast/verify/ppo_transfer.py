@@ -24,7 +24,10 @@ run.json) is kept there, and a run whose run.json matches (what its side trains 
 or gymnasium's version; train.py text, env steps, seed, side) is not trained again, so a stopped check
 resumes and a changed port retrains only its own side. Within a run, train.py's host path (the one a JAX
 translation's L4 trains on) saves a checkpoint every 5 minutes (AUTORL_CHECKPOINT_DIR), and a run stopped
-midway goes on from it with new episodes: the JAX BipedalWalker port's runs take ~3 h each on this CPU.
+midway goes on from it with new episodes: the JAX BipedalWalker port's runs take ~1.5-3 h each on a 2-core
+CPU. `--l4-jobs N` trains N runs side by side, the backend's first (two of the JAX port's on 2 cores: 690
+steps/s each against 880 for one alone, bench/bipedal_jax.py run twice at once); each run compiles into a
+JAX cache of its own, in its folder.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 from envs_fast import cache
@@ -95,33 +99,46 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
         report.add("trained on the backend (PPO)", False, f"{train_py}: {exc}")
         return
     eval_seed = EVAL_SEED_OFFSET + s.seed
-    runs = {"backend": [], "reference": []}
     kept = s.extra.get("l4_dir")
+    jobs = max(1, int(s.extra.get("l4_jobs") or 1))
     with tempfile.TemporaryDirectory(prefix="autorl-l4-") as scratch:
         work = Path(kept) if kept else Path(scratch)
-        for seed in range(1, seeds + 1):
-            for side in ("backend", "reference"):
-                folder = work / f"{side}-seed{seed}"
-                # a side's runs are decided by what it trains on: the port's changes leave the reference's
-                trains_on = ctx.spec if side == "backend" else "reference"
-                identity = {"backend": backend_identity(trains_on, ctx.env_id), "env_id": ctx.env_id, "side": side,
-                            "train_py": hashlib.sha256(texts[side].encode()).hexdigest(), "env_steps": env_steps,
-                            "seed": seed, "eval_seed": eval_seed}
-                trained = finished_run(folder, identity)
-                if trained is None:
-                    trained = train(root, folder, texts[side], ctx.env_id, env_steps, seed, work / "jax-cache",
-                                    identity)
-                    if "error" in trained:
-                        report.add(f"PPO trains on the {side}", False, trained["error"])
-                        return
-                    expected = spec if side == "backend" else "reference"
-                    if trained["backend"] != expected:
-                        report.add(f"PPO trains on the {side}", False,
-                                   f"train.py trained on {trained['backend']!r}, not {expected!r}: {trained['why']}")
-                        return
-                    trained["score"] = score(root, folder / "policy.pt", ctx.env_id, eval_seed)
-                    (folder / "run.json").write_text(json.dumps({"identity": identity, "run": trained}, indent=1))
-                runs[side].append(trained)
+
+        def one_run(side: str, seed: int) -> dict:
+            folder = work / f"{side}-seed{seed}"
+            # a side's runs are decided by what it trains on: the port's changes leave the reference's
+            trains_on = ctx.spec if side == "backend" else "reference"
+            identity = {"backend": backend_identity(trains_on, ctx.env_id), "env_id": ctx.env_id, "side": side,
+                        "train_py": hashlib.sha256(texts[side].encode()).hexdigest(), "env_steps": env_steps,
+                        "seed": seed, "eval_seed": eval_seed}
+            trained = finished_run(folder, identity)
+            if trained is not None:
+                return trained
+            trained = train(root, folder, texts[side], ctx.env_id, env_steps, seed, identity)
+            if "error" in trained:
+                return trained
+            expected = spec if side == "backend" else "reference"
+            if trained["backend"] != expected:
+                return {"error": f"train.py trained on {trained['backend']!r}, not {expected!r}: {trained['why']}"}
+            trained["score"] = score(root, folder / "policy.pt", ctx.env_id, eval_seed)
+            (folder / "run.json").write_text(json.dumps({"identity": identity, "run": trained}, indent=1))
+            return trained
+
+        # the backend's runs first: on a JAX port they are the long ones, and `jobs` of them train side by side
+        order = [(side, seed) for side in ("backend", "reference") for seed in range(1, seeds + 1)]
+        results = {}
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            futures = {pool.submit(one_run, side, seed): (side, seed) for side, seed in order}
+            for future in as_completed(futures):
+                results[futures[future]] = future.result()
+                if "error" in results[futures[future]]:  # no more hours on a check that has failed
+                    pool.shutdown(wait=True, cancel_futures=True)
+                    break
+    for side, seed in order:
+        if "error" in results.get((side, seed), {}):
+            report.add(f"PPO trains on the {side}", False, results[(side, seed)]["error"])
+            return
+    runs = {side: [results[(side, seed)] for seed in range(1, seeds + 1)] for side in ("backend", "reference")}
     judge(report, runs, env_steps, margin, min_score, learner)
 
 
@@ -134,8 +151,7 @@ def finished_run(folder: Path, identity: dict) -> dict | None:
     return record["run"] if record.get("identity") == identity else None
 
 
-def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed: int, jax_cache: Path,
-          identity: dict) -> dict:
+def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed: int, identity: dict) -> dict:
     """One training run of `text` (a train.py) for `env_steps`; its summary, or {"error": why}. A run
     stopped midway under the same identity goes on from its checkpoint (train.py's host path saves one
     every few minutes); an outdated one trains again from scratch."""
@@ -154,9 +170,9 @@ def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed
     time_budget = 600 + env_steps / SLOWEST_SPS
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
                AUTORL_ENV_ID=env_id, AUTORL_TIME_BUDGET=str(time_budget), AUTORL_MAX_ENV_STEPS=str(env_steps),
-               AUTORL_SEED=str(seed), AUTORL_OUTPUT_DIR=str(folder), AUTORL_JAX_CACHE_DIR=str(jax_cache),
+               AUTORL_SEED=str(seed), AUTORL_OUTPUT_DIR=str(folder), AUTORL_JAX_CACHE_DIR=str(folder / "jax-cache"),
                AUTORL_CHECKPOINT_DIR=str(folder / "checkpoint"))
-    started = time.monotonic()
+    started, started_at = time.monotonic(), time.time()
     try:
         proc = subprocess.run([sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True,
                               timeout=time_budget + 600)
@@ -174,7 +190,7 @@ def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed
                          f"{env_steps:,}: it does not honour AUTORL_MAX_ENV_STEPS"}
     return {"seed": seed, "backend": summary.get("backend", ""), "why": summary.get("backend_reason", ""),
             "path": summary.get("path", ""), "env_steps": int(summary.get("env_steps", 0)),
-            "seconds": time.monotonic() - started}
+            "seconds": time.monotonic() - started, "started_at": started_at, "ended_at": time.time()}
 
 
 def score(root: Path, policy: Path, env_id: str, eval_seed: int) -> dict:
