@@ -1,7 +1,8 @@
 """BipedalWalker-v3 training side by side: candidate/train.py's PPO for the same budget on the two host
 backends (envpool, the Rust port envs_fast/bipedalwalker_v3.rs) with each learner (torch: the host
 path; JAX: the jax-host path), as the daemon runs it. --env trains another env (its Rust translation
-envs_fast/<slug>.rs for `rust`). Figures per run: env steps trained in the budget (the clock starts
+envs_fast/<slug>.rs for `rust`; `mujoco_batch` for a MuJoCo env, `reference` for gymnasium's vector env,
+any backend spec train.py takes). Figures per run: env steps trained in the budget (the clock starts
 with the process: imports, env start-up and JAX's compile count), the training loop's sps, compile
 seconds, updates, and (with --episodes) the artifact's score from evaluate.py.
 
@@ -14,12 +15,17 @@ train.py, BACKEND and LEARNER set in it (nothing else), run with an empty JAX co
 own (every run compiles cold, as in a night); the configs are interleaved per repeat, so that all see
 the same machine load.
 
-The Rust port trains only with a passing verdict. Verifying it takes ~15 min on 2 cores, so a verdict
-run setup stored in the user cache (~/.cache/autorl/verify, or $AUTORL_USER_CACHE) is copied into the
+A backend other than envpool and gymnasium (the Rust port, mujoco_batch) trains only with a passing
+verdict. Verifying BipedalWalker's port takes ~15 min on 2 cores, so a verdict run setup stored in the user cache (~/.cache/autorl/verify, or $AUTORL_USER_CACHE) is copied into the
 benchmark's private cache. A verdict's key covers all of envs_fast's source, so the checkouts hold
 envs_fast (and evaluate.py) as of the newest of envs_fast's last 10 commits that has one (the output
-says which, and what HEAD changed since); none: the benchmark verifies HEAD's port itself (--verify)
-or stops. Committed envs_fast, never the working tree's (someone's uncommitted edits would miss).
+says which, and what HEAD changed since); none: the benchmark verifies HEAD's backends itself (--verify)
+or stops.
+
+    .venv/bin/python bench/bipedal_training.py --env HalfCheetah-v5 --budgets 120 --repeats 2 --verify \
+        --configs jax-host:reference,jax-host:mujoco_batch,host:reference,host:mujoco_batch
+
+(issue 39's target: HalfCheetah's env steps in a 120 s budget on mujoco_batch against gymnasium's vector env.) Committed envs_fast, never the working tree's (someone's uncommitted edits would miss).
 
 Resumable: with --out DIR, each run's figures go to DIR/<config>-<budget>s-<repeat>/result.json as it
 ends, and a later call with the same DIR reuses every run whose identity (the checkout's envs_fast
@@ -44,6 +50,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 CONFIGS = ("host:envpool", "host:rust", "jax-host:rust", "jax-host:envpool")
 LEARNERS = {"host": "torch", "jax-host": "jax"}
+UNVERIFIED = ("envpool", "reference", "gymnasium")  # train.py trains on these without a verdict
 
 
 def summary(stdout: str) -> dict:
@@ -53,9 +60,9 @@ def summary(stdout: str) -> dict:
     return dict(line.split(": ", 1) for line in tail.strip().splitlines() if ": " in line)
 
 
-# Run in the base checkout (its envs_fast decides the verdict's key), argv: port, env id, the user
-# cache, the private cache. Copies the user cache's passing verdict for the port into the private
-# cache and builds the port's library there; prints the verdict found (null: none).
+# Run in the base checkout (its envs_fast decides the verdict's key), argv: backend spec, env id, the user
+# cache, the private cache. Copies the user cache's passing verdict for the backend into the private
+# cache (and builds a Rust port's library there); prints the verdict found (null: none).
 PREPARE_CACHE = """
 import json, os, sys
 from envs_fast import cache
@@ -65,33 +72,33 @@ record = cache.cached_verdict(port, env_id)
 os.environ[cache.CACHE_ENV_VAR] = private
 if record and record.get("passed"):
     cache.store_verdict(port, env_id, record["levels"], True, record["summary"])
-    from envs_fast.rust_backend import load_rust
-    load_rust(port, env_id)
+    if port.endswith(".rs"):
+        from envs_fast.rust_backend import load_rust
+        load_rust(port, env_id)
 print(json.dumps(record))
 """
 
 
-def lookup_verdict(base: Path, cache_dir: Path, env_id: str, source: Path | None = None) -> dict | None:
-    """The verdict in `source` (default: the user cache) for the Rust translation of the checkout `base`,
-    as its envs_fast keys it; a passing one is copied into cache_dir and the library built there."""
+def lookup_verdict(base: Path, cache_dir: Path, env_id: str, backend: str, source: Path | None = None) -> dict | None:
+    """The verdict in `source` (default: the user cache) for `backend` (a config's: "rust" is the checkout
+    `base`'s Rust translation) as base's envs_fast keys it; a passing one is copied into cache_dir."""
     from orchestrator.usercache import user_cache_dir
 
-    port = str(rust_translation(base, env_id))
     source = source or user_cache_dir()
-    proc = subprocess.run([sys.executable, "-c", PREPARE_CACHE, port, env_id, str(source), str(cache_dir)],
-                          cwd=base, env=dict(os.environ, PYTHONPATH=str(base)), capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", PREPARE_CACHE, backend_spec(base, env_id, backend), env_id, str(source),
+                           str(cache_dir)], cwd=base, env=dict(os.environ, PYTHONPATH=str(base)), capture_output=True,
+                          text=True)
     if proc.returncode != 0:
         raise SystemExit(f"reading the verdict failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def verified_checkout(work: Path, cache_dir: Path, env_id: str, verify: bool) -> tuple[Path, str]:
-    """A base checkout whose Rust translation passes, and how it was found: envs_fast as of the newest of
-    its last 10 commits for which the user cache, or `cache_dir` (what an earlier --verify call with the
-    same --out stored), holds a passing verdict (run setup stores them; a
-    verdict's key covers all of envs_fast's source, so one reached before a later commit touched
-    envs_fast applies to the earlier content only, which the checkout then holds); else, with
-    verify, HEAD's verified here."""
+def verified_checkout(work: Path, cache_dir: Path, env_id: str, backends: list[str], verify: bool) -> tuple[Path, str]:
+    """A base checkout on which every one of `backends` passes, and how it was found: envs_fast as of the
+    newest of its last 10 commits for which the user cache, or `cache_dir` (what an earlier --verify call
+    with the same --out stored), holds a passing verdict for each (run setup stores them; a verdict's
+    key covers all of envs_fast's source, so one reached before a later commit touched envs_fast applies
+    to the earlier content only, which the checkout then holds); else, with verify, HEAD's verified here."""
     from orchestrator.usercache import user_cache_dir
 
     log = subprocess.run(["git", "log", "--format=%H", "-n", "10", "--", "envs_fast"], cwd=REPO, capture_output=True,
@@ -99,27 +106,35 @@ def verified_checkout(work: Path, cache_dir: Path, env_id: str, verify: bool) ->
     sources = [user_cache_dir()] + ([cache_dir] if cache_dir.is_dir() else [])  # the latter: an earlier --verify
     for commit in log:
         base = base_checkout(work / f"base-{commit[:8]}", commit)
-        for source in sources:
-            record = lookup_verdict(base, cache_dir, env_id, source)
-            if record and record.get("passed"):
-                differs = subprocess.run(["git", "diff", "--stat", commit, "HEAD", "--", "envs_fast", "evaluate.py"],
-                                         cwd=REPO, capture_output=True, text=True).stdout.strip()
-                return base, (f"envs_fast and evaluate.py as of {commit[:8]}, verdict from {source}: "
-                              f"{record['summary']}" + (f"\nHEAD differs there in:\n{differs}" if differs else ""))
+        found = {}
+        for backend in backends:
+            for source in sources:
+                record = lookup_verdict(base, cache_dir, env_id, backend, source)
+                if record and record.get("passed"):
+                    found[backend] = f"{backend}: verdict from {source}: {record['summary']}"
+                    break
+        if len(found) == len(backends):
+            differs = subprocess.run(["git", "diff", "--stat", commit, "HEAD", "--", "envs_fast", "evaluate.py"],
+                                     cwd=REPO, capture_output=True, text=True).stdout.strip()
+            return base, (f"envs_fast and evaluate.py as of {commit[:8]}; " + "; ".join(found.values())
+                          + (f"\nHEAD differs there in:\n{differs}" if differs else ""))
         shutil.rmtree(base)
     if not verify:
-        raise SystemExit(f"no passing verdict in {user_cache_dir()} for the Rust translation of {env_id} at any of "
+        raise SystemExit(f"no passing verdict in {user_cache_dir()} for {', '.join(backends)} on {env_id} at any of "
                          f"envs_fast's last 10 commits; run setup (`python -m orchestrator run --env {env_id} "
                          f"--max-experiments 0`) or pass --verify")
     base = base_checkout(work / "base-HEAD")
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    port = str(rust_translation(base, env_id))
-    proc = subprocess.run([sys.executable, "-m", "envs_fast.verify", "--env", env_id, "--backend", port], cwd=base,
-                          env=dict(os.environ, PYTHONPATH=str(base), AUTORL_VERIFY_CACHE=str(cache_dir)),
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"the Rust translation failed verification:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
-    return base, f"HEAD's ({head}), verified here: " + proc.stdout.strip().splitlines()[0]
+    verdicts = []
+    for backend in backends:
+        proc = subprocess.run([sys.executable, "-m", "envs_fast.verify", "--env", env_id, "--backend",
+                               backend_spec(base, env_id, backend)], cwd=base,
+                              env=dict(os.environ, PYTHONPATH=str(base), AUTORL_VERIFY_CACHE=str(cache_dir)),
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise SystemExit(f"{backend} failed verification:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}")
+        verdicts.append(f"{backend}: " + proc.stdout.strip().splitlines()[0])
+    return base, f"HEAD's ({head}), verified here: " + "; ".join(verdicts)
 
 
 def base_checkout(root: Path, commit: str = "HEAD") -> Path:
@@ -160,6 +175,11 @@ def rust_translation(root: Path, env_id: str) -> Path:
     from envs_fast import slug
 
     return root / "envs_fast" / f"{slug(env_id)}.rs"
+
+
+def backend_spec(root: Path, env_id: str, backend: str) -> str:
+    """The spec train.py and verify take for a config's backend: "rust" is the checkout's Rust translation."""
+    return str(rust_translation(root, env_id)) if backend == "rust" else backend
 
 
 def train(root: Path, env_id: str, out: Path, budget: float, seed: int, cache_dir: Path) -> dict:
@@ -218,8 +238,9 @@ def main(argv=None) -> int:
     work = Path(args.out or tempfile.mkdtemp(prefix="autorl-bipedal-training-"))
     cache_dir = work / "verify-cache"
     configs = [c for c in args.configs.split(",") if c]
-    if any(config.endswith(":rust") for config in configs):
-        base, origin = verified_checkout(work, cache_dir, args.env, args.verify)
+    verified = sorted({config.split(":")[1] for config in configs} - set(UNVERIFIED))
+    if verified:
+        base, origin = verified_checkout(work, cache_dir, args.env, verified, args.verify)
         print(f"checkouts: {origin}", flush=True)
     else:
         base = base_checkout(work / "base-HEAD")
