@@ -59,6 +59,10 @@ sync = import_file(sync_companion(__file__), "_envs_fast_bipedalwalker_sync")
 CHAOTIC, EPISODE_OUTCOMES = sync.CHAOTIC, sync.EPISODE_OUTCOMES
 STATE_CATEGORIES, VERIFY_POLICIES = sync.STATE_CATEGORIES, sync.VERIFY_POLICIES
 TRANSFER_PPO = sync.TRANSFER_PPO  # L4 as the Rust port's: PPO trained here scores as PPO trained on gymnasium
+# A State, and the step, hold MAX_CONTACTS contacts (the Rust port's list grows): L2 fails if the reference's
+# own episodes go beyond, and leaves out boundary states that do (a hull written metres from its legs pairs
+# with ~300 terrain edges). Episodes stay far below it (the L2 report says how far).
+CAPACITY = {"contacts": (lambda state: state.header[4], sync.MAX_CONTACTS)}
 
 ENV_ID = "BipedalWalker-v3"
 

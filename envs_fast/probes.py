@@ -16,7 +16,11 @@ import numpy as np
 from envs_fast.protocol import BatchedBackend, FunctionalBackend
 
 
-SLOW_STEP = 0.05
+# A boundary search stops where one reference sample (a step and its two sensitivity steps) takes longer:
+# a pathological state (a wrap loop over a huge angle) would otherwise cost minutes. At 50 ms it also
+# stopped on a busy machine where a quiet one went on (Box2D stepping a hull written 30 m from its legs,
+# ~300 broad-phase pairs), so the states L2 compared, and its verdict, depended on the load.
+SLOW_STEP = 1.0
 SENSITIVITY_STEP = 2.0**-20  # relative: 8 float32 roundings  # seconds; beyond this a probe is too far out to be worth following
 
 

@@ -280,3 +280,24 @@ def test_the_jax_port_declares_the_rust_ports_verification():
     assert jax_port.transfer_ppo == rust_port.transfer_ppo and jax_port.transfer_ppo["env_steps"] == 3_000_000
     assert jax_port.chaotic and [p.name for p in jax_port.policies] == [p.name for p in rust_port.policies]
     assert set(jax_port.state_categories) == set(rust_port.state_categories)
+
+
+def test_the_jax_port_declares_the_contacts_its_state_holds_and_a_written_state_can_exceed_them():
+    """A State holds 48 contacts; the port declares it (CAPACITY), so L2 fails if the reference's own
+    episodes go beyond and leaves out written states that do. One is easy to write: the hull moved 30 m
+    from its legs, which the joint solver pulls back through the terrain, pairing with dozens of edges."""
+    from envs_fast.verify.declarations import declarations_of
+
+    count, limit = declarations_of(str(Path(port.__file__))).capacity["contacts"]
+    assert limit == sync.MAX_CONTACTS == np.asarray(port.reset(jax.random.PRNGKey(0))[1].contacts).shape[0]
+    env = _synced_reference(3)
+    state = port.state_from_reference(env)
+    assert count(state) == float(np.asarray(state.header)[4]) < limit
+    bodies = np.asarray(state.bodies).copy()
+    bodies[0, 0] += 30.0  # the hull's x
+    port.state_to_reference(state._replace(bodies=bodies), env)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        env.unwrapped.step(np.zeros(4, np.float32))
+    assert count(port.state_from_reference(env)) > limit
+    env.close()

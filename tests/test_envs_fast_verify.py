@@ -340,3 +340,36 @@ def test_l1_tells_distributions_apart_but_not_two_roundings_of_one_constant():
     # NaN (a field the reference leaves unset) is a value of its own
     with_nan = np.where(np.arange(1000) % 2 == 0, np.nan, reference)
     assert component_p(with_nan, reference, rtol, atol)[0] < 1e-10
+
+
+# CartPole's translation made wrong for carts written beyond |x| = 3 (the episode ends at 2.4, so no
+# episode goes there; L2's boundary search does): what a fixed-shape port's capacity looks like
+BEYOND_THREE = ("x=state.x + TAU * state.x_dot,", "x=state.x + TAU * state.x_dot + jnp.where(jnp.abs(state.x) > 3.0, "
+                "jnp.float32(0.5), jnp.float32(0.0)),")
+
+
+def _declaring_capacity(tmp_path, limit):
+    tmp_path.mkdir(exist_ok=True)
+    path = _mutant(tmp_path, "cartpole_v1.py", *BEYOND_THREE)
+    path.write_text(path.read_text() + f'\nCAPACITY = {{"|x|": (lambda state: abs(float(state.x)), {limit})}}\n')
+    return path
+
+
+def test_a_declared_capacity_leaves_out_boundary_states_beyond_it_and_says_how_many(tmp_path):
+    undeclared = _mutant(tmp_path, "cartpole_v1.py", *BEYOND_THREE)
+    assert not verify("CartPole-v1", str(undeclared), (2,), QUICK).passed  # the wrong step is found there
+    report = verify("CartPole-v1", str(_declaring_capacity(tmp_path / "declared", 3.0)), (2,), QUICK)
+    assert report.passed, report.to_text()
+    checks = {check.name: check for check in report.levels[0].checks}
+    capacity = checks["within the port's declared capacity (|x| <= 3)"]
+    reached = float(capacity.detail.split("the episodes' states reach |x| ")[1].split(";")[0])
+    assert 0 < reached < 2.4  # 2.4 ends an episode
+    assert "boundary states go beyond it (|x| up to" in capacity.detail and "are not compared" in capacity.detail
+    assert int(checks["step from boundary states"].detail.split(" of ")[1].split()[0]) > 50  # the rest still are
+
+
+def test_a_capacity_the_envs_own_episodes_exceed_fails_l2(tmp_path):
+    report = verify("CartPole-v1", str(_declaring_capacity(tmp_path, 0.1)), (2,), QUICK)
+    assert not report.passed
+    check = next(c for c in report.levels[0].checks if c.name.startswith("within the port's declared capacity"))
+    assert not check.passed and "states of the reference's own episodes go beyond it" in check.detail

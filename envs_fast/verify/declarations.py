@@ -16,6 +16,10 @@ stepping from (a foot strike, a joint at its limit, bodies asleep) are rare unde
                     "train_py": {name: value}}  # optional: train.py constants set on both sides
                      # L4: PPO trained on the backend scores on the reference within the margin of PPO trained
                      # on the reference for the same env steps (ppo_transfer.py), instead of the CEM check
+    CAPACITY = {name: (count: state -> number, limit)}  # what a fixed-shape port cannot hold beyond `limit`
+                     # (a JAX port's contact slots): L2 fails if a state of the reference's own episodes, or
+                     # its step, goes beyond it; a boundary state beyond it (the search writes states no
+                     # episode reaches, a body metres from its joints) is counted and reported, not compared
 """
 from __future__ import annotations
 
@@ -42,6 +46,7 @@ class Declarations:
     chaotic: bool = False
     episode_outcomes: dict = field(default_factory=dict)
     transfer_ppo: dict | None = None
+    capacity: dict = field(default_factory=dict)
 
 
 def declarations_of(spec: str) -> Declarations:
@@ -58,4 +63,5 @@ def declarations_of(spec: str) -> Declarations:
                         state_categories=dict(getattr(module, "STATE_CATEGORIES", None) or {}),
                         chaotic=bool(getattr(module, "CHAOTIC", False)),
                         episode_outcomes=dict(getattr(module, "EPISODE_OUTCOMES", None) or {}),
-                        transfer_ppo=getattr(module, "TRANSFER_PPO", None))
+                        transfer_ppo=getattr(module, "TRANSFER_PPO", None),
+                        capacity=dict(getattr(module, "CAPACITY", None) or {}))

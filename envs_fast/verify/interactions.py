@@ -78,6 +78,7 @@ def _check(ctx: Context, report: LevelReport):
                                             probe_actions(ctx.action_space, rng))
     finally:
         stepper.close()
+    boundary = _within_capacity(ctx, report, rollout, under_policies, boundary)
     _compare_samples(ctx, report, "step from rollout states", rollout)
     for name, samples in under_policies.items():
         _compare_samples(ctx, report, f"step from states under the {name}", samples)
@@ -114,6 +115,54 @@ def _policy_samples(stepper: ReferenceStepper, policy, steps: int, seed: int) ->
     finally:
         free.close()
     return samples
+
+
+def _within_capacity(ctx: Context, report: LevelReport, rollout: list[Sample], under_policies: dict,
+                     boundary: list[Sample]) -> list[Sample]:
+    """The boundary samples within the port's declared CAPACITY (all of them without one). The check fails
+    when a state of the reference's own episodes, or its step, goes beyond it: there the port would be
+    wrong in training. Boundary states beyond it are written states no episode reaches; they are counted
+    and reported, not compared."""
+    capacity = ctx.declarations.capacity
+    if not capacity:
+        return boundary
+
+    def beyond(sample: Sample) -> dict:
+        counts = {}
+        for name, (count, limit) in capacity.items():
+            most = max(float(count(sample.state)), float(count(sample.next_state)))
+            if most > limit:
+                counts[name] = most
+        return counts
+
+    declared = ", ".join(f"{name} <= {limit:g}" for name, (_count, limit) in capacity.items())
+    episodes = rollout + [sample for samples in under_policies.values() for sample in samples]
+    most = {name: max((max(float(count(smp.state)), float(count(smp.next_state))) for smp in episodes), default=0.0)
+            for name, (count, _limit) in capacity.items()}
+    over = [(smp, beyond(smp)) for smp in episodes]
+    over = [(smp, counts) for smp, counts in over if counts]
+    kept, dropped = [], {}
+    for sample in boundary:
+        counts = beyond(sample)
+        if counts:
+            for name, value in counts.items():
+                dropped[name] = max(dropped.get(name, 0.0), value)
+        else:
+            kept.append(sample)
+    reached = "; ".join(f"the episodes' states reach {name} {value:g}" for name, value in most.items())
+    skipped = (f"{len(boundary) - len(kept)} of {len(boundary)} boundary states go beyond it ("
+               + ", ".join(f"{name} up to {value:g}" for name, value in dropped.items())
+               + ") and are not compared: written states no episode reaches") if dropped else \
+        "every boundary state is within it"
+    if over:
+        first, counts = over[0]
+        report.add(f"within the port's declared capacity ({declared})", False,
+                   f"{len(over)} of {len(episodes)} states of the reference's own episodes go beyond it, first "
+                   f"{first.origin} (" + ", ".join(f"{name} {value:g}" for name, value in counts.items())
+                   + "): the port cannot represent what training meets")
+    else:
+        report.add(f"within the port's declared capacity ({declared})", True, f"{reached}; {skipped}")
+    return kept
 
 
 def _coverage(ctx: Context, report: LevelReport, rollout: list[Sample], under_policies: dict, boundary: list[Sample]):
