@@ -291,16 +291,27 @@ def state_to_reference(state, env) -> None:
             u.joints.append(joint)
     u.world = world
     u.drawlist = u.terrain + u.legs + [u.hull]
-    # the new proxies' fat AABBs are still their creation AABBs widened: their ids are certain
+    # the new proxies' fat AABBs are still their creation AABBs widened: their ids are certain, as
+    # long as only leaves are taken (b2BroadPhase::CreateProxy returns the leaf node). An internal
+    # node of b2DynamicTree holds its children's combined AABB, which is exactly a body's fat AABB
+    # when that contains the rest of the subtree: a lower leg written over the terrain holds an
+    # edge's fat AABB, and after InsertLeaf's refit and Balance's rotations an internal node
+    # allocated while the terrain went in (a lower id than the leg's leaf) can carry the leg's box.
+    # Taking that node, a read after a step gives the internal node's box (two edges'), not the
+    # leg's, and the port orders its new pairs by a wrong id. Bodies with the same fat AABB (legs in
+    # the same pose) take the leaves in creation order, which in a fresh tree is id order.
     bp = world.contactManager.broadPhase
     by_box = {}
     for node in range(_node_capacity(bp)):
-        by_box.setdefault(_aabb(bp.GetFatAABB(node)), node)
+        by_box.setdefault(_aabb(bp.GetFatAABB(node)), []).append(node)
     walker_bodies = _bodies(u)
+    taken = set()
     for body in walker_bodies:
         tight = _aabb(body.fixtures[0].GetAABB(0))
         fat = (tight[0] - AABB_EXTENSION, tight[1] - AABB_EXTENSION, tight[2] + AABB_EXTENSION, tight[3] + AABB_EXTENSION)
-        body._autorl_proxy = by_box.get(fat, -1)
+        leaves = [node for node in by_box.get(fat, []) if node not in taken and _is_leaf(bp, node)]
+        body._autorl_proxy = leaves[0] if leaves else -1
+        taken.add(body._autorl_proxy)
     world.contactManager.FindNewContacts()
     wanted = {}
     for k in range(min(int(s[4]), MAX_CONTACTS)):

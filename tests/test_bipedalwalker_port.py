@@ -327,6 +327,45 @@ def test_writing_a_state_gives_the_same_world_whatever_came_before(port):
     assert read[4] > 0 and any(read[sync.O_CONTACT + 20 * k + 2] for k in range(int(read[4])))  # touching contacts
 
 
+def test_a_lower_leg_written_far_from_its_knee_keeps_its_own_proxy(port):
+    """A lower leg written ~18 m from its knee, over the terrain: its fat AABB holds a terrain edge's,
+    so an internal node of the reference's b2DynamicTree (its children's combined AABB) has exactly
+    the leg's fat AABB, with a lower id. The sync must take the leaf (b2BroadPhase::CreateProxy's
+    id), not that node: a step then moves the leaf (the knee joint pulls the leg back, and
+    b2Fixture::Synchronize's displacement widens the fat AABB by ~2 x 24 m), the internal node reads
+    as two edges' box, and the pair order the port derives from the id differs. Stepped once with
+    the brake action on both sides, every readable field agrees bit for bit."""
+    env = gym.make(ENV_ID)
+    env.reset(seed=1)
+    rng = np.random.default_rng(1)
+    for _ in range(40):
+        env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+    state = sync.state_from_reference(env)
+    o = sync.O_BODY + 2 * sync.BODY_FIELDS  # lower0
+    state[o] += 17.7
+    sync.state_to_reference(state, env)
+    u = env.unwrapped
+    bp = u.world.contactManager.broadPhase
+    tight = sync._aabb(u.legs[1].fixtures[0].GetAABB(0))
+    e = sync.AABB_EXTENSION
+    fat = (tight[0] - e, tight[1] - e, tight[2] + e, tight[3] + e)
+    same = [n for n in range(sync._node_capacity(bp)) if sync._aabb(bp.GetFatAABB(n)) == fat]
+    assert len(same) > 1 and not sync._is_leaf(bp, same[0])  # the case: a lower-id internal node has the box
+    read = sync.state_from_reference(env)
+    ids = [int(read[sync.O_BODY + b * sync.BODY_FIELDS + 12]) for b in range(5)]
+    assert ids == [2 * (sync.EDGES + b) - 1 for b in range(5)]  # a fresh world's leaves, in creation order
+    action = np.array([-1, -1, -1, -1], np.float32)
+    _, _, _, new_state = port_step(port, read, action)
+    env.step(action)
+    reference = sync.state_from_reference(env)
+    ported = [float(np.asarray(v)[0]) for v in new_state]
+    names = list(port.State._fields)
+    differ = [(name, r, x) for name, r, x in zip(names, reference, ported)
+              if name not in sync.UNREADABLE_FIELDS and not (r == x or (r != r and x != x))]
+    assert not differ, differ[:8]
+    assert reference[o + 8] < tight[0] - 40  # the leaf's fat AABB did take the step's displacement
+
+
 @pytest.mark.parametrize("policy, seed, steps", [("random", 2, 300), ("heuristic", 2, 500)])
 def test_port_rollout_follows_the_reference(port, policy, seed, steps):
     """Synced once, then the port runs on its own state (contacts, warm starts, broad-phase, sleep
