@@ -373,3 +373,23 @@ def test_a_capacity_the_envs_own_episodes_exceed_fails_l2(tmp_path):
     assert not report.passed
     check = next(c for c in report.levels[0].checks if c.name.startswith("within the port's declared capacity"))
     assert not check.passed and "states of the reference's own episodes go beyond it" in check.detail
+
+
+def test_the_report_of_l1_to_l3_is_told_before_l4_starts():
+    """A physics port's L4 trains for hours and may be stopped, to resume another day: what L1-L3 found is
+    told (progress lines, on the CLI's stderr) before it starts, not only in the report at the end."""
+    told = []
+
+    class Stopped(Exception):
+        pass
+
+    def progress(line):
+        told.append(line)
+        if line.startswith("L4 transfer: started"):
+            raise Stopped
+
+    with pytest.raises(Stopped):
+        verify("CartPole-v1", "jax", (1, 2, 3, 4), QUICK, progress=progress)
+    before = [line[len("before L4: "):] for line in told if line.startswith("before L4: ")]
+    assert before[0].startswith("verify CartPole-v1 with backend") and "L3 rollouts: PASS" in before
+    assert any("step from rollout states" in line for line in before)  # the checks, not only the verdict

@@ -80,6 +80,9 @@ def verify(env_id: str, spec: str, levels=(1, 2, 3), settings: Settings | None =
                         # L4 may train on the backend, which training accepts only with a passing verdict
                         cache.store_verdict(report.backend, env_id, [1, 2, 3], True,
                                             report.to_text().splitlines()[0])
+                    if level == 4 and len(report.levels) > 0:  # the levels so far, before L4's hours of training
+                        for line in report.to_text().splitlines():
+                            progress(f"before L4: {line}")
                     level_started = time.perf_counter()
                     progress(f"{LEVEL_TITLES[level]}: started")
                     report.levels.append(LEVELS[level](ctx))
