@@ -200,7 +200,7 @@ def c_solve(m, d, tolerance=None, ls_tolerance=None, iterations=None, ls_iterati
     import jax
     import jax.numpy as jnp
     import mujoco
-    from mujoco.mjx._src import support
+    from mujoco.mjx._src import smooth, support
 
     tol = m.opt.tolerance if tolerance is None else tolerance
     ls_tol = m.opt.ls_tolerance if ls_tolerance is None else ls_tolerance
@@ -337,7 +337,9 @@ def c_solve(m, d, tolerance=None, ls_tolerance=None, iterations=None, ls_iterati
     # takes qacc_smooth without solving
     rows = jnp.any(J != 0)
     gradient_small = scale * jnp.linalg.norm(grad) < tol
-    gap = jnp.maximum(0, 0.5 * scale * jnp.dot(grad, jnp.linalg.solve(M, grad))) < tol
+    # M^-1 grad through the factor fwd_position made (as C's qLD): no second LAPACK call beside update's
+    # Cholesky, which batched (ParallelBatchMap) and run concurrently deadlocked XLA's CPU thread pool
+    gap = jnp.maximum(0, 0.5 * scale * jnp.dot(grad, smooth.solve_m(m, d, grad))) < tol
     decrement = jnp.maximum(0, 0.5 * scale * jnp.dot(grad, mgrad)) < tol
     done = (gradient_small & (gap | decrement)) | ~rows
     solve_state = dict(qacc=qacc, ma=ma, jaref=jaref, force=force, qfrc_constraint=qfrc_constraint, grad=grad,

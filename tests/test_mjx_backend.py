@@ -82,6 +82,57 @@ def test_a_wrong_dynamics_is_caught_by_that_tolerance(hopper):
     assert not within(b_obs, obs).all()
 
 
+def test_the_constraint_solve_stops_where_c_mujoco_stops(hopper):
+    """From a reset state (warm start zero) with no action, a Hopper joint limit is active inside the RK4
+    stages and C MuJoCo 4's Newton solver stops after one iteration (Newton decrement 3.3e-10 < tolerance
+    1e-8), 4e-4 short of the exact minimum in qacc; the backend's solve (c_solve) stops there too, so the
+    warm start it hands the next step is gymnasium's within the verifier's base tolerance, where MJX's own
+    solver (which takes the second iteration) misses it by 10x that (bench/results/mjx-solver-2026-11-27.txt)."""
+    env, _, step = hopper
+    assert env.solver == "c"
+    stock = MjxEnv("Hopper-v5", solver="mjx")
+    stock_step = jax.jit(stock.step)
+    worst = {"c": 0.0, "mjx": 0.0}
+    for seed in (2, 3, 4):
+        reference = gym.make("Hopper-v5")
+        reference.reset(seed=seed)
+        state = env.state_from_reference(reference)
+        action = np.zeros(3, np.float32)
+        reference.unwrapped.step(action)
+        after = env.state_from_reference(reference).qacc_warmstart
+        allowed = 1e-5 + 1e-4 * np.abs(after)
+        for name, stepper in (("c", step), ("mjx", stock_step)):
+            warm = np.asarray(stepper(jax.random.PRNGKey(0), state, action)[1].qacc_warmstart, np.float64)
+            worst[name] = max(worst[name], float(np.max(np.abs(warm - after) / allowed)))
+    stock.close()
+    assert worst["c"] < 1 and worst["mjx"] > 3, worst
+
+
+def test_a_wrong_mjx_model_fails_l2_naming_the_field(monkeypatch):
+    """The verifier's L2 on mjx is not blind: the same backend over a Hopper whose joint damping is 30%
+    higher fails `step from rollout states`, and the report names the differing fields."""
+    import copy
+
+    from envs_fast import mjx_backend
+    from envs_fast.verify import verify
+    from envs_fast.verify.context import Settings
+
+    def wrong(env_id):
+        env = MjxEnv(env_id)
+        model = copy.deepcopy(env._reference.unwrapped.model)
+        model.dof_damping[:] = model.dof_damping * 1.3
+        env.mjx_model = mjx_backend._mjx().put_model(model, impl="jax")
+        return env.functional()
+
+    monkeypatch.setattr(mjx_backend, "load_mjx", wrong)
+    settings = Settings(l2_target=200, rollout_steps=60, reset_samples=50, state_reset_samples=50)
+    report = verify("Hopper-v5", "mjx", levels=(2,), settings=settings, use_cache=False)
+    assert not report.passed
+    text = report.to_text()
+    assert "[FAIL] step from rollout states" in text
+    assert "state.qvel[" in text or "obs[" in text, text
+
+
 def test_hopper_reset_is_gymnasiums_reset_rule(hopper):
     """reset draws qpos and qvel uniform in +-reset_noise_scale around init (as hopper_v5.reset_model does),
     different for different keys, and observes the reset state as gymnasium does (the same state written
