@@ -9,6 +9,7 @@ import json
 import pandas as pd
 import pytest
 
+from envs_fast import STATISTICAL_MARGIN
 from orchestrator.transfer_table import COLUMNS, read_rows
 from tests.conftest import FAST, TINY_TRAIN_PY, run_daemon, tiny_train_py, write_replay
 from tests.test_setup_verify import train_summary, verdicts
@@ -68,8 +69,8 @@ def test_transfer_refuses_bad_envs_and_missing_runs(autorl_repo):
 @pytest.mark.long
 def test_transfer_verifies_a_mujoco_envs_backend_and_trains_on_it(autorl_repo, tmp_path):
     """Hopper-v5 is not the run's env: transfer verifies mujoco_batch for it (for real, L1-L3: 20-40 s
-    on 2 cores), benchmarks it beside envpool, and the cell trains on it (the real train.py's
-    BACKEND = "auto"). A second call with one more seed trains only that seed, on the choice it made."""
+    on 2 cores), benchmarks it beside envpool, and the cell trains on the faster by choose_backend's rule
+    (the real train.py's BACKEND = "auto"). A second call with one more seed trains only that seed, on the choice it made."""
     pytest.importorskip("mujoco.batch", reason="mujoco >= 4.0 (mujoco.batch) is not installed")
     repo = autorl_repo()  # the real train.py: its summary says what it trained on
     user_cache = {"AUTORL_USER_CACHE": str(tmp_path / "fresh-user-cache")}  # nothing verified yet
@@ -91,16 +92,21 @@ def test_transfer_verifies_a_mujoco_envs_backend_and_trains_on_it(autorl_repo, t
     # Benchmarked side by side with envpool, its unverified rival.
     side = json.loads((home / "setup" / "bench.json").read_text())["side_by_side"]
     assert [r["backend"] for r in side] == ["mujoco_batch", "envpool"] and all(r["train_sps"] > 0 for r in side)
+    # The fastest by choose_backend's rule: envpool, verified only statistically, must be 1.25x as fast
+    # (on a quiet 2-core machine with AVX-512 it is: 22k against 16k train sps; on a busy one it is not).
+    speed = {r["backend"]: r["train_sps"] for r in side}
+    chosen = "envpool" if speed["envpool"] > STATISTICAL_MARGIN * speed["mujoco_batch"] else "mujoco_batch"
     choice = json.loads((home / "backend.json").read_text())
-    assert choice["backend"] == "mujoco_batch", choice
-    assert choice["why"].startswith("verified L1-L3 by transfer, ") and "train sps vs" in choice["why"]
+    assert choice["backend"] == chosen, choice
+    how = "verified L1-L3 by transfer, " if chosen == "mujoco_batch" else "trusted without a verdict, "
+    assert choice["why"].startswith(how) and "train sps vs" in choice["why"]
     said = next(line for line in first.stdout.splitlines() if line.startswith("Hopper-v5: training backend: "))
-    assert said.startswith("Hopper-v5: training backend: mujoco_batch (verified L1-L3 by transfer, "), said
+    assert said.startswith(f"Hopper-v5: training backend: {chosen} ({how}"), said
     # The cell trained on it.
     cell = home / "baseline-seed1"
     summary = train_summary(cell / "train.log")
-    assert summary["backend"] == "mujoco_batch" and int(summary["env_steps"]) > 0, summary
-    assert "Hopper-v5 baseline seed 1: score" in first.stdout and ", trained on mujoco_batch" in first.stdout
+    assert summary["backend"] == chosen and int(summary["env_steps"]) > 0, summary
+    assert "Hopper-v5 baseline seed 1: score" in first.stdout and f", trained on {chosen}" in first.stdout
     rows = pd.read_csv(run_dir / "transfer.tsv", sep="\t", dtype={"commit": str})
     assert list(rows.status) == ["ok", "ok"] and list(rows.which) == ["baseline", "best"]
     assert "INFO transfer Hopper-v5: mujoco_batch verified L1-L3 by transfer" in \
@@ -113,7 +119,7 @@ def test_transfer_verifies_a_mujoco_envs_backend_and_trains_on_it(autorl_repo, t
                         env=user_cache, timeout=600)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "2 already done, 2 to train" in second.stdout and "trained 1, already done 2" in second.stdout
-    assert "Hopper-v5: training backend: mujoco_batch (verified L1-L3 by transfer" in second.stdout
+    assert f"Hopper-v5: training backend: {chosen} ({how}" in second.stdout
     assert "(chosen by an earlier transfer)" in second.stdout and "verifying" not in second.stdout
     assert [p.stat().st_mtime_ns for p in reports] == stamps
-    assert train_summary(home / "baseline-seed2" / "train.log")["backend"] == "mujoco_batch"
+    assert train_summary(home / "baseline-seed2" / "train.log")["backend"] == chosen
