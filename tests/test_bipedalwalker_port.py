@@ -146,6 +146,16 @@ def rollout_states(env, steps: int, seed: int, policy: str = "random"):
             obs, _ = env.reset()
 
 
+def after_random_steps(seed: int, steps: int):
+    """A reference env `steps` random actions after reset(seed), and the generator that drew them."""
+    env = gym.make(ENV_ID)
+    env.reset(seed=seed)
+    rng = np.random.default_rng(seed)
+    for _ in range(steps):
+        env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+    return env, rng
+
+
 class NearestTerrain(Box2D.b2.rayCastCallback):
     """gymnasium's LidarCallback: terrain only (category bit 1), every hit clips the ray."""
 
@@ -306,11 +316,7 @@ def test_writing_a_state_gives_the_same_world_whatever_came_before(port):
     """state_to_reference makes what the reference derives itself (contacts, joint impulses,
     broad-phase) a function of the written state: the same state written after different histories
     reads back the same and steps the same, on the reference and on the port."""
-    env = gym.make(ENV_ID)
-    env.reset(seed=9)
-    rng = np.random.default_rng(9)
-    for _ in range(60):
-        env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+    env, rng = after_random_steps(seed=9, steps=60)
     state = sync.state_from_reference(env)
     action = rng.uniform(-1, 1, 4).astype(np.float32)
     outcomes = []
@@ -335,11 +341,7 @@ def test_a_lower_leg_written_far_from_its_knee_keeps_its_own_proxy(port):
     b2Fixture::Synchronize's displacement widens the fat AABB by ~2 x 24 m), the internal node reads
     as two edges' box, and the pair order the port derives from the id differs. Stepped once with
     the brake action on both sides, every readable field agrees bit for bit."""
-    env = gym.make(ENV_ID)
-    env.reset(seed=1)
-    rng = np.random.default_rng(1)
-    for _ in range(40):
-        env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+    env, _ = after_random_steps(seed=1, steps=40)
     state = sync.state_from_reference(env)
     o = sync.O_BODY + 2 * sync.BODY_FIELDS  # lower0
     state[o] += 17.7
