@@ -16,16 +16,17 @@ own (every run compiles cold, as in a night); the configs are interleaved per re
 the same machine load.
 
 A backend other than envpool and gymnasium (the Rust port, mujoco_batch) trains only with a passing
-verdict. Verifying BipedalWalker's port takes ~15 min on 2 cores, so a verdict run setup stored in the user cache (~/.cache/autorl/verify, or $AUTORL_USER_CACHE) is copied into the
-benchmark's private cache. A verdict's key covers all of envs_fast's source, so the checkouts hold
-envs_fast (and evaluate.py) as of the newest of envs_fast's last 10 commits that has one (the output
-says which, and what HEAD changed since); none: the benchmark verifies HEAD's backends itself (--verify)
-or stops.
+verdict. Verifying BipedalWalker's port takes ~15 min on 2 cores, so a verdict run setup stored in the
+user cache (~/.cache/autorl/verify, or $AUTORL_USER_CACHE) is copied into the benchmark's private cache.
+A verdict's key covers all of envs_fast's source, so the checkouts hold envs_fast (and evaluate.py) as of
+the newest of envs_fast's last 10 commits that has one for every such backend (the output says which,
+and what HEAD changed since); none: the benchmark verifies HEAD's backends itself (--verify) or stops.
+Committed envs_fast, never the working tree's (someone's uncommitted edits would miss).
 
     .venv/bin/python bench/bipedal_training.py --env HalfCheetah-v5 --budgets 120 --repeats 2 --verify \
         --configs jax-host:reference,jax-host:mujoco_batch,host:reference,host:mujoco_batch
 
-(issue 39's target: HalfCheetah's env steps in a 120 s budget on mujoco_batch against gymnasium's vector env.) Committed envs_fast, never the working tree's (someone's uncommitted edits would miss).
+(issue 39's target: HalfCheetah's env steps in a 120 s budget on mujoco_batch against gymnasium's vector env.)
 
 Resumable: with --out DIR, each run's figures go to DIR/<config>-<budget>s-<repeat>/result.json as it
 ends, and a later call with the same DIR reuses every run whose identity (the checkout's envs_fast

@@ -22,7 +22,7 @@ from envs_fast.protocol import BatchedBackend, FunctionalBackend
 # joints, with hundreds of broad-phase pairs), so which states L2 compared, and its verdict, depended on
 # the machine's load.
 SLOW_STEP = 1.0
-SENSITIVITY_STEP = 2.0**-20  # relative: 8 float32 roundings  # seconds; beyond this a probe is too far out to be worth following
+SENSITIVITY_STEP = 2.0**-20  # relative: 8 float32 roundings
 
 
 @dataclass

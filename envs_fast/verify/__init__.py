@@ -80,7 +80,7 @@ def verify(env_id: str, spec: str, levels=(1, 2, 3), settings: Settings | None =
                         # L4 may train on the backend, which training accepts only with a passing verdict
                         cache.store_verdict(report.backend, env_id, [1, 2, 3], True,
                                             report.to_text().splitlines()[0])
-                    if level == 4 and len(report.levels) > 0:  # the levels so far, before L4's hours of training
+                    if level == 4 and report.levels:  # the levels so far, before L4's hours of training
                         for line in report.to_text().splitlines():
                             progress(f"before L4: {line}")
                     level_started = time.perf_counter()

@@ -127,23 +127,21 @@ def _within_capacity(ctx: Context, report: LevelReport, rollout: list[Sample], u
     if not capacity:
         return boundary
 
-    def beyond(sample: Sample) -> dict:
-        counts = {}
-        for name, (count, limit) in capacity.items():
-            most = max(float(count(sample.state)), float(count(sample.next_state)))
-            if most > limit:
-                counts[name] = most
-        return counts
+    def peaks(sample: Sample) -> dict:  # each declared count, the larger of before and after the step
+        return {name: max(float(count(sample.state)), float(count(sample.next_state)))
+                for name, (count, _limit) in capacity.items()}
+
+    def beyond(peak: dict) -> dict:
+        return {name: value for name, value in peak.items() if value > capacity[name][1]}
 
     declared = ", ".join(f"{name} <= {limit:g}" for name, (_count, limit) in capacity.items())
     episodes = rollout + [sample for samples in under_policies.values() for sample in samples]
-    most = {name: max((max(float(count(smp.state)), float(count(smp.next_state))) for smp in episodes), default=0.0)
-            for name, (count, _limit) in capacity.items()}
-    over = [(smp, beyond(smp)) for smp in episodes]
-    over = [(smp, counts) for smp, counts in over if counts]
+    episode_peaks = [peaks(smp) for smp in episodes]
+    most = {name: max((peak[name] for peak in episode_peaks), default=0.0) for name in capacity}
+    over = [(smp, beyond(peak)) for smp, peak in zip(episodes, episode_peaks) if beyond(peak)]
     kept, dropped = [], {}
     for sample in boundary:
-        counts = beyond(sample)
+        counts = beyond(peaks(sample))
         if counts:
             for name, value in counts.items():
                 dropped[name] = max(dropped.get(name, 0.0), value)
