@@ -26,6 +26,7 @@ NotImplementedError saying which); such an env trains on mujoco_batch or the ref
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import os
 import warnings
@@ -519,6 +520,13 @@ def c_step(m, d, **solver_options):
 
 # ---------------------------------------------------------------- one env as the functional protocol
 
+@functools.cache
+def _state_class(env_id: str, fields: tuple):
+    """One State class per env: a state from one MjxEnv steps in another (a float64 twin's, a rollout's
+    carry), which two namedtuple classes of the same name would refuse."""
+    return collections.namedtuple(f"Mjx{slug(env_id).title().replace('_', '')}State", fields)
+
+
 class MjxEnv:
     """One gymnasium MuJoCo v5 env on MJX: the protocol's reset/step (pure, jittable, vmappable) and
     state sync with a gymnasium instance of it."""
@@ -554,7 +562,7 @@ class MjxEnv:
         self.needs_cfrc_ext = self.rules.needs_cfrc_ext
         self.derived = self.rules.derived
         fields = ["time", "qpos", "qvel", "qacc_warmstart"] + ([self.derived] if self.derived else [])
-        self.State = collections.namedtuple(f"Mjx{slug(env_id).title().replace('_', '')}State", fields)
+        self.State = _state_class(env_id, tuple(fields))
         self.source_hash = hashlib.sha256(Path(__file__).read_bytes() + mujoco.__version__.encode()
                                           + _mjx_version().encode()).hexdigest()
 
