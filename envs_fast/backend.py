@@ -94,3 +94,15 @@ def load_batched(spec: str, env_id: str, root: str | Path | None = None) -> Batc
     from envs_fast.jax_batched import JaxBatched
 
     return JaxBatched(load_functional(spec, env_id, root, verified_only=False))  # the verifier loads what it verifies
+
+
+def load_float64_twin(spec: str, env_id: str, root: str | Path | None = None):
+    """The float64 twin of a float32 backend whose reference computes in float64 (mjx over C MuJoCo):
+    the verifier judges the algorithm on it and the float32 rounding apart. None for other backends,
+    which are compared as they are (a translation of float64 Python states its rounding itself)."""
+    if resolve_spec(spec, env_id, root) != "mjx":
+        return None
+    from envs_fast import mjx_backend
+    from envs_fast.jax_batched import Float64Twin
+
+    return Float64Twin(lambda: mjx_backend.load_mjx(env_id))  # looked up when called: a test may replace it

@@ -2,6 +2,8 @@
 verifier drives: every call is a jitted, vmapped call over the batch, run at one batch size."""
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import gymnasium as gym
 import jax
 import jax.numpy as jnp
@@ -85,7 +87,9 @@ class JaxBatched:
             st, key = carry
             key, sub = jax.random.split(key)
             obs, st, reward, terminated = step(sub, st, action)
-            flat = jnp.concatenate([jnp.ravel(x).astype(jnp.float32) for x in jax.tree_util.tree_leaves(obs)])
+            # float32, or float64 for a float64 twin (whose L3 comparison must not round its observations)
+            flat = jnp.concatenate([jnp.ravel(x).astype(jax.dtypes.canonicalize_dtype(jnp.float64))
+                                    for x in jax.tree_util.tree_leaves(obs)])
             return (st, key), (flat, reward, terminated)
 
         return jax.lax.scan(body, (state, jax.random.PRNGKey(seed)), actions)[1]
@@ -124,3 +128,53 @@ class JaxBatched:
         if jax.tree_util.tree_structure(out[1]) != jax.tree_util.tree_structure(state):
             problems.append("step returned a state with a different structure than reset's")
         return problems
+
+
+@contextmanager
+def _float64():
+    """JAX's 64-bit floats for the block. jax 0.10.2 keeps nested jits (jnp.tril's, inside MJX's RK4)
+    cached across the switch and then fails to lower them in the other mode, so the in-memory caches
+    are cleared at both ends (the persistent compilation cache keeps the compiled programs)."""
+    jax.clear_caches()
+    try:
+        with jax.enable_x64(True):
+            yield
+    finally:
+        jax.clear_caches()
+
+
+class Float64Twin:
+    """A float32 JAX backend's twin: the same program built and run under JAX's 64-bit floats. Its
+    reference computes in float64 (C MuJoCo for mjx), so the verifier can judge the algorithm on the
+    twin at the strict tolerances and measure the float32 backend's departure from it as rounding.
+    Every call switches JAX's mode and retraces: call it with whole batches."""
+
+    def __init__(self, load):
+        """`load()`: the backend's FunctionalBackend, built here under x64 (its constants and
+        templates take float64)."""
+        with _float64():
+            self._inner = JaxBatched(load())
+        self.name = self._inner.name + " (float64 twin)"
+
+    def __getattr__(self, name):  # sync functions, field declarations, source hash: the backend's own
+        return getattr(self._inner, name)
+
+    @property
+    def syncs_state(self) -> bool:
+        return self._inner.syncs_state
+
+    def reset(self, seeds):
+        with _float64():
+            return self._inner.reset(seeds)
+
+    def step(self, seeds, state, actions):
+        with _float64():
+            return self._inner.step(seeds, state, actions)
+
+    def rollout(self, seeds, state, actions):
+        with _float64():
+            return self._inner.rollout(seeds, state, actions)
+
+    def protocol_problems(self, obs_space: gym.Space, action_space: gym.Space) -> list[str]:
+        with _float64():
+            return self._inner.protocol_problems(obs_space, action_space)

@@ -127,6 +127,9 @@ class Context:
     backend: BatchedBackend | None  # None for the vector-only specs (envpool, reference)
     max_episode_steps: int | None
     declarations: Declarations = field(default_factory=Declarations)  # what the translation declares for its verification
+    # A float32 backend's float64 twin (mjx; backend.load_float64_twin): L2 and L3 compare it with the
+    # reference at their tolerances and report the backend's own departure from it as float32 rounding
+    twin: BatchedBackend | None = None
     _sync: Any = field(default=None, repr=False)
 
     @classmethod
@@ -136,7 +139,13 @@ class Context:
         spec = resolve_spec(spec, env_id, root)
         backend = backends.load_batched(spec, env_id, root)
         return cls(env_id, spec, settings, root, gym.make(env_id), backend, registered.max_episode_steps,
-                   declarations_of(spec) if backend else Declarations())
+                   declarations_of(spec) if backend else Declarations(),
+                   backends.load_float64_twin(spec, env_id, root) if backend else None)
+
+    @property
+    def compared(self) -> BatchedBackend | None:
+        """What L2 and L3 hold to the reference's tolerances: the float64 twin when there is one."""
+        return self.twin or self.backend
 
     @property
     def obs_space(self) -> gym.Space:

@@ -18,7 +18,7 @@ from envs_fast.report import LevelReport
 from envs_fast.stats import same_distribution_p
 from envs_fast.verify.context import STATISTICAL_ONLY, Context
 from envs_fast.verify.formatting import format_action, format_state, histogram, num
-from envs_fast.verify.shared import failing_on_crash, seeds, stack, tolerance_text
+from envs_fast.verify.shared import failing_on_crash, seeds, stack, tolerance_text, twin_tolerances
 
 
 def run(ctx: Context) -> LevelReport:
@@ -79,10 +79,13 @@ def _check(ctx: Context, report: LevelReport):
     finally:
         stepper.close()
     boundary = _within_capacity(ctx, report, rollout, under_policies, boundary)
-    _compare_samples(ctx, report, "step from rollout states", rollout)
+    departures = []  # the float32 backend against its float64 twin, per check (with a twin)
+    _compare_samples(ctx, report, "step from rollout states", rollout, departures)
     for name, samples in under_policies.items():
-        _compare_samples(ctx, report, f"step from states under the {name}", samples)
-    _compare_samples(ctx, report, "step from boundary states", boundary)
+        _compare_samples(ctx, report, f"step from states under the {name}", samples, departures)
+    _compare_samples(ctx, report, "step from boundary states", boundary, departures)
+    if ctx.twin:
+        report.tolerances.update(twin_tolerances(departures, "steps"))
     _coverage(ctx, report, rollout, under_policies, boundary)  # after: a differing step is the failure to show first
 
 
@@ -181,16 +184,17 @@ def _coverage(ctx: Context, report: LevelReport, rollout: list[Sample], under_po
                + (f"; NONE of: {', '.join(missing)}" if missing else ""))
 
 
-def _run_backend(ctx: Context, samples: list[Sample], chunk: int = 1024):
-    """The backend's step on every sample's state and action, in fixed-size chunks (one batch shape,
-    so a compiled backend compiles once)."""
+def _run_backend(ctx: Context, samples: list[Sample], chunk: int = 1024, backend=None):
+    """The backend's step (or `backend`'s) on every sample's state and action, in fixed-size chunks
+    (one batch shape, so a compiled backend compiles once)."""
+    backend = backend or ctx.backend
     outputs = []
     for start in range(0, len(samples), chunk):
         part = samples[start:start + chunk]
         padded = part + [part[0]] * (chunk - len(part)) if len(samples) > chunk else part
         states = stack([p.state for p in padded])
         actions = np.stack([np.asarray(p.action) for p in padded])
-        out = ctx.backend.step(seeds(ctx.settings.seed + start, len(padded)), states, actions)
+        out = backend.step(seeds(ctx.settings.seed + start, len(padded)), states, actions)
         outputs.append(jax.tree_util.tree_map(lambda x: np.asarray(x)[: len(part)], out))
     return jax.tree_util.tree_map(lambda *xs: np.concatenate(xs), *outputs)
 
@@ -223,13 +227,18 @@ def _columns(ctx: Context, samples: list[Sample], out):
     return columns
 
 
-def _compare_samples(ctx: Context, report: LevelReport, check: str, samples: list[Sample]):
+def _compare_samples(ctx: Context, report: LevelReport, check: str, samples: list[Sample], departures: list | None = None):
+    """Steps `ctx.compared` (the backend, or its float64 twin) from every sample and holds it to the
+    tolerance; with a twin, the float32 backend's departure from it joins `departures`."""
     if not samples:
         report.add(check, True, "no states of this kind (the reference rejected every probe)")
         return
     try:
-        out = _run_backend(ctx, samples)
+        out = _run_backend(ctx, samples, backend=ctx.compared)
         columns = _columns(ctx, samples, out)
+        if ctx.twin and departures is not None:
+            own = _columns(ctx, samples, _run_backend(ctx, samples))
+            departures.append(_departure(ctx, check, samples, columns, own))
     except Exception as exc:
         report.add(check, False, f"the backend failed on these states: {type(exc).__name__}: {exc}")
         return
@@ -275,6 +284,27 @@ def _compare_samples(ctx: Context, report: LevelReport, check: str, samples: lis
     report.add(check, count == 0, detail, failure)
 
 
+def _departure(ctx: Context, check: str, samples: list[Sample], twin_columns, own_columns) -> dict:
+    """How far the float32 backend's steps are from its float64 twin's, in units of the strict
+    allowance (atol + rtol * |twin|): the largest, where, and how many steps go beyond 1."""
+    s = ctx.settings
+    worst = {"check": check, "fraction of allowed": 0.0, "steps": len(samples), "beyond": 0}
+    beyond = np.zeros(len(samples), bool)
+    unreadable = {"state." + name for name in (getattr(ctx.backend, "unreadable_fields", ()) or ())}
+    for (name, _ref, twin, exact), (_name, _same_ref, own, _exact) in zip(twin_columns, own_columns):
+        if name in unreadable:
+            continue
+        allowed = np.full(len(samples), 0.5) if exact else s.atol + s.rtol * np.abs(twin)
+        relative = np.abs(own - twin) / allowed
+        relative = np.where(np.isnan(relative), np.inf, relative)
+        beyond |= relative > 1
+        i = int(np.argmax(relative))
+        if relative[i] > worst["fraction of allowed"]:
+            worst.update({"fraction of allowed": float(relative[i]), "field": name, "origin": samples[i].origin})
+    worst["beyond"] = int(beyond.sum())
+    return worst
+
+
 def _distributional(ctx: Context, report: LevelReport, stepper: ReferenceStepper, rollout: list[Sample],
                     rng: np.random.Generator, pairs: int = 30, draws: int = 64):
     picks = rng.choice(len(rollout), size=min(pairs, len(rollout)), replace=False)
@@ -289,7 +319,7 @@ def _distributional(ctx: Context, report: LevelReport, stepper: ReferenceStepper
             reference.append(np.concatenate([flat_values(obs), [reward, float(terminated)]]))
         states = stack([sample.state] * draws)  # the same state, a different seed per draw
         actions = np.stack([np.asarray(sample.action)] * draws)
-        obs, _, reward, terminated = ctx.backend.step(seeds(int(index) * draws, draws), states, actions)
+        obs, _, reward, terminated = ctx.compared.step(seeds(int(index) * draws, draws), states, actions)
         backend = np.concatenate([np.asarray(leaf, dtype=np.float64).reshape(draws, -1) for leaf in jax.tree_util.tree_leaves(obs)]
                                  + [np.asarray(reward, dtype=np.float64).reshape(draws, 1),
                                     np.asarray(terminated, dtype=np.float64).reshape(draws, 1)], axis=1)

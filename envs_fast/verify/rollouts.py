@@ -15,7 +15,7 @@ from envs_fast.stats import tost
 from envs_fast.verify.context import STATISTICAL_ONLY, Context
 from envs_fast.verify.formatting import describe, format_action, format_state, num
 from envs_fast.verify.shared import (episode_returns, failing_on_crash, seeds, stack, statistical_horizon, tolerance_text,
-                                     tost_tolerance)
+                                     tost_tolerance, twin_tolerances)
 
 
 def run(ctx: Context) -> LevelReport:
@@ -86,11 +86,14 @@ def _synced(ctx: Context, report: LevelReport):
                                      + [np.asarray(t["actions"][-1])] * (longest - len(t["actions"])))
                             for t in trajectories])
         try:
-            out = ctx.backend.rollout(seeds(s.seed, len(trajectories)), start, actions)
+            out = ctx.compared.rollout(seeds(s.seed, len(trajectories)), start, actions)
+            own = ctx.backend.rollout(seeds(s.seed, len(trajectories)), start, actions) if ctx.twin else None
         except Exception as exc:
             report.add("trajectories from synced starts", False, f"the backend failed: {type(exc).__name__}: {exc}")
             return
-        _compare_trajectories(ctx, report, stepper, trajectories, out)
+        compared = _compare_trajectories(ctx, report, stepper, trajectories, out)
+        if own is not None:
+            report.tolerances.update(twin_tolerances([_departure(ctx, trajectories, compared, out, own)], "steps"))
     finally:
         stepper.close()
 
@@ -98,11 +101,12 @@ def _synced(ctx: Context, report: LevelReport):
 def _compare_trajectories(ctx: Context, report: LevelReport, stepper: ReferenceStepper, trajectories: list, out):
     s = ctx.settings
     compared, exact, horizons, lengths, first = 0, 0, [], [], None
-    largest = None
+    largest, steps_compared = None, []
     for index, traj in enumerate(trajectories):
         b_obs, b_reward, b_term = out[0][index], out[1][index], out[2][index]
         steps = len(traj["reward"])
         predictable = traj.get("predictable", steps)
+        compared_before = compared
         for t in range(steps):
             if t >= predictable:
                 break
@@ -140,6 +144,7 @@ def _compare_trajectories(ctx: Context, report: LevelReport, stepper: ReferenceS
                 break
         horizons.append(predictable)
         lengths.append(steps)
+        steps_compared.append(compared - compared_before)
     report.largest_deviation = largest
     names = list(dict.fromkeys(t["name"] for t in trajectories))
     detail = (f"{len(trajectories)} trajectories of up to {max(lengths)} steps ({sum(lengths)} reference steps; "
@@ -150,6 +155,26 @@ def _compare_trajectories(ctx: Context, report: LevelReport, stepper: ReferenceS
     elif past:
         detail += f"; {len(past)} trajectories went past the reference's predictable horizon (earliest at step {min(past)})"
     report.add("trajectories from synced starts", first is None, detail, first)
+    return steps_compared
+
+
+def _departure(ctx: Context, trajectories: list, steps_compared: list[int], twin, own) -> dict:
+    """How far the float32 backend's trajectories are from its float64 twin's over the steps L3 compared,
+    in units of the base tolerance (atol + rtol * |twin|); a differing termination counts as beyond."""
+    s = ctx.settings
+    worst = {"check": "trajectories from synced starts", "fraction of allowed": 0.0, "steps": sum(steps_compared), "beyond": 0}
+    for index, (traj, n) in enumerate(zip(trajectories, steps_compared)):
+        twin_values = np.concatenate([twin[0][index][:n], twin[1][index][:n, None]], axis=1)
+        own_values = np.concatenate([own[0][index][:n], own[1][index][:n, None]], axis=1)
+        relative = np.abs(own_values - twin_values) / (s.atol + s.rtol * np.abs(twin_values))
+        relative = np.where(np.isnan(relative), np.inf, relative)
+        flips = twin[2][index][:n] != own[2][index][:n]
+        worst["beyond"] += int(((relative > 1).any(axis=1) | flips).sum())
+        if n and relative.max() > worst["fraction of allowed"]:
+            t, j = np.unravel_index(int(np.argmax(relative)), relative.shape)
+            worst.update({"fraction of allowed": float(relative[t, j]), "field": traj["names"][j],
+                          "origin": f"{traj['name']}, reset seed {traj['seed']}, step {t}"})
+    return worst
 
 
 def _horizon_summary(trajectories: list, horizons: list) -> str:
