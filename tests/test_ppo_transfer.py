@@ -169,3 +169,42 @@ def test_the_progress_of_a_long_l4_reads_from_its_run_folders(tmp_path):
     assert "812,345 env steps, 99 updates, return of its last 20 episodes -40.0" in lines[1]
     assert lines[2] == ("reference-seed1 (trains on reference:1.2.2, 3,000,000 env steps): FINISHED 2,995,216 env steps "
                         "in 1220 s on path 'host'; score 297.3 (sd 39.7) on the reference env")
+
+
+# A stand-in train.py: seed 2 fails at once, seed 1 would train for ten minutes.
+FAILS_OR_TRAINS_LONG = '''import os, sys, time
+from pathlib import Path
+BACKEND = "reference"
+LEARNER = "jax"
+(Path(os.environ["AUTORL_OUTPUT_DIR"]) / "pid").write_text(str(os.getpid()))
+if os.environ["AUTORL_SEED"] == "2":
+    time.sleep(2)
+    sys.exit("seed 2 cannot train")
+time.sleep(600)
+'''
+
+
+def test_a_failing_l4_run_stops_its_siblings_and_reports_its_own_error(tmp_path, verdicts):
+    """With --l4-jobs 2, a run that fails ends the check at once: the sibling still training (hours on a
+    physics port) is terminated instead of waited for, and the report shows the failing run's error."""
+    import os
+    import time
+
+    from tests.train_helpers import REPO
+
+    root = tmp_path / "checkout"
+    (root / "candidate").mkdir(parents=True)
+    (root / "candidate" / "train.py").write_text(FAILS_OR_TRAINS_LONG)
+    port = root / "cartpole_v1.py"
+    port.write_text((REPO / "envs_fast" / "cartpole_v1.py").read_text()
+                    + '\nTRANSFER_PPO = {"env_steps": 10_000, "seeds": 2, "margin": 50.0}\n')
+    cache.store_verdict(str(port), "CartPole-v1", [1, 2, 3], True, "L1-L3 passed (test verdict)")
+    kept = tmp_path / "l4"
+    started = time.monotonic()
+    level, checks = l4(root, port, kept, jobs=2)
+    assert time.monotonic() - started < 120  # not the sibling's ten minutes
+    assert not level.passed
+    assert "seed 2 cannot train" in checks["PPO trains on the backend"].detail
+    sibling = int((kept / "backend-seed1" / "pid").read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(sibling, 0)

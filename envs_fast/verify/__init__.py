@@ -24,7 +24,10 @@ A translation may declare what its verification should look at (`declarations.py
 gather L2 states under and roll out in L3, kinds of state L2 must cover, whether it is chaotic,
 episode outcomes): a chaotic scene's synced L3 trajectories are compared up to each one's measured
 predictable horizon, then its episode return, length and outcome rates by TOST; with a state sync,
-L1 also compares the reset state's distribution per writable field.
+L1 also compares the reset state's distribution per writable field. A float32 backend whose reference
+computes in float64 (mjx over C MuJoCo) has a float64 twin (`jax_batched.Float64Twin`): L2 and L3 hold
+the twin to the tolerances (the algorithm) and report the float32 backend's departure from it (rounding);
+L1 and L4 run the float32 backend itself.
 """
 from __future__ import annotations
 

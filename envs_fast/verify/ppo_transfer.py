@@ -36,10 +36,12 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
@@ -101,6 +103,7 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
     eval_seed = EVAL_SEED_OFFSET + s.seed
     kept = s.extra.get("l4_dir")
     jobs = max(1, int(s.extra.get("l4_jobs") or 1))
+    failed = threading.Event()  # set when a run fails: its siblings stop instead of training on for hours
     with tempfile.TemporaryDirectory(prefix="autorl-l4-") as scratch:
         work = Path(kept) if kept else Path(scratch)
 
@@ -114,7 +117,7 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
             trained = finished_run(folder, identity)
             if trained is not None:
                 return trained
-            trained = train(root, folder, texts[side], ctx.env_id, env_steps, seed, identity)
+            trained = train(root, folder, texts[side], ctx.env_id, env_steps, seed, identity, stop=failed)
             if "error" in trained:
                 return trained
             expected = spec if side == "backend" else "reference"
@@ -132,12 +135,13 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
             for future in as_completed(futures):
                 results[futures[future]] = future.result()
                 if "error" in results[futures[future]]:  # no more hours on a check that has failed
+                    failed.set()  # the runs still training stop (their checkpoints stay for a rerun)
                     pool.shutdown(wait=True, cancel_futures=True)
                     break
-    for side, seed in order:
-        if "error" in results.get((side, seed), {}):
-            report.add(f"PPO trains on the {side}", False, results[(side, seed)]["error"])
-            return
+    errors = [(side, results[(side, seed)]) for side, seed in order if "error" in results.get((side, seed), {})]
+    for side, result in sorted(errors, key=lambda error: bool(error[1].get("stopped"))):  # the cause first
+        report.add(f"PPO trains on the {side}", False, result["error"])
+        return
     runs = {side: [results[(side, seed)] for seed in range(1, seeds + 1)] for side in ("backend", "reference")}
     judge(report, runs, env_steps, margin, min_score, learner)
 
@@ -151,10 +155,12 @@ def finished_run(folder: Path, identity: dict) -> dict | None:
     return record["run"] if record.get("identity") == identity else None
 
 
-def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed: int, identity: dict) -> dict:
+def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed: int, identity: dict,
+          stop: threading.Event | None = None) -> dict:
     """One training run of `text` (a train.py) for `env_steps`; its summary, or {"error": why}. A run
     stopped midway under the same identity goes on from its checkpoint (train.py's host path saves one
-    every few minutes); an outdated one trains again from scratch."""
+    every few minutes); an outdated one trains again from scratch. When `stop` is set the run is ended
+    (its process group terminated) and returns {"error": ..., "stopped": True}."""
     started_as = folder / "identity.json"
     try:
         same = json.loads(started_as.read_text()) == identity
@@ -173,17 +179,26 @@ def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed
                AUTORL_SEED=str(seed), AUTORL_OUTPUT_DIR=str(folder), AUTORL_JAX_CACHE_DIR=str(folder / "jax-cache"),
                AUTORL_CHECKPOINT_DIR=str(folder / "checkpoint"))
     started, started_at = time.monotonic(), time.time()
-    try:
-        proc = subprocess.run([sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True,
-                              timeout=time_budget + 600)
-    except subprocess.TimeoutExpired as exc:
-        return {"error": f"train.py (seed {seed}) did not finish {env_steps:,} env steps in {exc.timeout:.0f} s"}
+    deadline = started + time_budget + 600
+    proc = subprocess.Popen([sys.executable, str(script)], cwd=folder, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    while True:
+        try:
+            stdout, stderr = proc.communicate(timeout=1.0)  # retried on timeout without losing output
+            break
+        except subprocess.TimeoutExpired:
+            if (stop is not None and stop.is_set()) or time.monotonic() > deadline:
+                _end(proc)
+                if time.monotonic() > deadline:
+                    return {"error": f"train.py (seed {seed}) did not finish {env_steps:,} env steps in "
+                                     f"{time_budget + 600:.0f} s"}
+                return {"error": f"train.py (seed {seed}) stopped: another L4 run failed", "stopped": True}
     with open(folder / "train.log", "a") as log:  # a resumed run's log follows the stopped one's
-        log.write(proc.stdout + proc.stderr)
-    tail = proc.stdout.rsplit("\n---\n", 1)
+        log.write(stdout + stderr)
+    tail = stdout.rsplit("\n---\n", 1)
     if proc.returncode != 0 or len(tail) < 2:
         return {"error": f"train.py (seed {seed}) exited {proc.returncode}: "
-                         f"{(proc.stdout + proc.stderr).strip()[-1500:]}"}
+                         f"{(stdout + stderr).strip()[-1500:]}"}
     summary = dict(line.split(": ", 1) for line in tail[1].strip().splitlines() if ": " in line)
     if int(summary.get("env_steps", 0)) > env_steps:  # a train.py edited so that it ignores the step budget
         return {"error": f"train.py (seed {seed}) trained {summary.get('env_steps')} env steps of a budget of "
@@ -191,6 +206,20 @@ def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed
     return {"seed": seed, "backend": summary.get("backend", ""), "why": summary.get("backend_reason", ""),
             "path": summary.get("path", ""), "env_steps": int(summary.get("env_steps", 0)),
             "seconds": time.monotonic() - started, "started_at": started_at, "ended_at": time.time()}
+
+
+def _end(proc: subprocess.Popen) -> None:
+    """Terminates a training run's process group (train.py and what it started), killing it after 10 s."""
+    for signal_, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, signal_)
+        except ProcessLookupError:
+            break
+        try:
+            proc.communicate(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def score(root: Path, policy: Path, env_id: str, eval_seed: int) -> dict:
