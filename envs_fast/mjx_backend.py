@@ -14,6 +14,8 @@ engine is not the reference's: MJX computes in float32 unless `jax_enable_x64` i
 within tolerance, not bit for bit. Where MJX's algorithm is not C MuJoCo 4.0's the backend replaces it:
 the constraint solve (`c_solve`: C's warm start choice, stopping rules and line search; MJX's own stops
 elsewhere) and capsule contacts (`c_fwd_position`); measured in bench/results/mjx-solver-2026-11-27.txt.
+And RK4 on free and ball joints (`c_step`: C 4.0's Runge-Kutta-Munthe-Kaas orientations, its quaternion
+rule; bench/results/mjx-ant-rk4-2026-11-27.txt), with which Ant's float64 steps are C's to 1e-12.
 
 State (synced with the reference's MjData): time, qpos, qvel, qacc_warmstart (mjSTATE_FULLPHYSICS
 plus the warm start, for these models) and, for Ant and Humanoid, the derived position the next step's
@@ -482,40 +484,133 @@ def c_forward(m, d, **solver_options):
     return sensor.sensor_acc(m, d)
 
 
+MJ_MINVAL = 1e-15  # mjMINVAL: C's normalisations leave a vector alone below it (and a unit one within it)
+
+
+def _c_quat_integrate(quat, vel, dt):
+    """mju_quatIntegrate, rows of (k, 4) quaternions by (k, 3) local angular velocities: the quaternion
+    normalised first (mju_normalize4: only if its norm is off 1 by more than mjMINVAL, identity below mjMINVAL),
+    then multiplied by the rotation of angle dt*|vel| about vel/|vel| (x axis for |vel| < mjMINVAL); the product
+    is not normalised again (MJX's `math.quat_integrate` normalises it after, not before)."""
+    import jax
+    import jax.numpy as jnp
+    from mujoco.mjx._src import math as mjx_math
+
+    n2 = jnp.sum(vel * vel, axis=-1, keepdims=True)
+    norm = jnp.where(n2 > 0, jnp.sqrt(jnp.where(n2 > 0, n2, 1)), 0)
+    small = norm < MJ_MINVAL
+    axis = jnp.where(small, jnp.array([1.0, 0.0, 0.0], vel.dtype), vel / jnp.where(small, 1, norm))
+    half = 0.5 * dt * norm
+    rotation = jnp.concatenate([jnp.cos(half), axis * jnp.sin(half)], axis=-1)
+    q2 = jnp.sum(quat * quat, axis=-1, keepdims=True)
+    qnorm = jnp.sqrt(q2)
+    scaled = jnp.where(jnp.abs(qnorm - 1) > MJ_MINVAL, quat / jnp.where(qnorm < MJ_MINVAL, 1, qnorm), quat)
+    quat = jnp.where(qnorm < MJ_MINVAL, jnp.array([1.0, 0.0, 0.0, 0.0], quat.dtype), scaled)
+    return jax.vmap(mjx_math.quat_mul)(quat, rotation)
+
+
+def _joint_indices(m):
+    """Static index arrays of the model's joints by kind: hinge/slide (qpos, dof), free translations (qpos,
+    dof, 3 each), quaternions of free and ball joints (qpos 4 each, their 3 rotational dofs)."""
+    from mujoco.mjx._src.types import JointType
+
+    scalar_q, scalar_v, pos_q, pos_v, quat_q, rot_v = [], [], [], [], [], []
+    for typ, qadr, vadr in zip(m.jnt_type, m.jnt_qposadr, m.jnt_dofadr):
+        qadr, vadr = int(qadr), int(vadr)
+        if typ == JointType.FREE:
+            pos_q.append(range(qadr, qadr + 3))
+            pos_v.append(range(vadr, vadr + 3))
+            quat_q.append(range(qadr + 3, qadr + 7))
+            rot_v.append(range(vadr + 3, vadr + 6))
+        elif typ == JointType.BALL:
+            quat_q.append(range(qadr, qadr + 4))
+            rot_v.append(range(vadr, vadr + 3))
+        else:
+            scalar_q.append(qadr)
+            scalar_v.append(vadr)
+    as_array = lambda rows, width: np.array([list(r) for r in rows], int).reshape(-1, width)  # noqa: E731
+    return (np.array(scalar_q, int), np.array(scalar_v, int), as_array(pos_q, 3), as_array(pos_v, 3),
+            as_array(quat_q, 4), as_array(rot_v, 3))
+
+
+def c_integrate_pos(m, qpos, qvel, dt):
+    """mj_integratePos: hinge and slide joints and free joints' positions qpos + dt*qvel, free and ball
+    joints' quaternions by `_c_quat_integrate` (C's normalise-then-rotate)."""
+    scalar_q, scalar_v, pos_q, pos_v, quat_q, rot_v = _joint_indices(m)
+    if len(scalar_q):
+        qpos = qpos.at[scalar_q].set(qpos[scalar_q] + dt * qvel[scalar_v])
+    if len(pos_q):
+        qpos = qpos.at[pos_q].set(qpos[pos_q] + dt * qvel[pos_v])
+    if len(quat_q):
+        qpos = qpos.at[quat_q].set(_c_quat_integrate(qpos[quat_q], qvel[rot_v], dt))
+    return qpos
+
+
+def _rkmk_velocity(m, qvel, offset):
+    """The velocity a Runge-Kutta stage contributes to positions in C MuJoCo 4's RK4 (4.0.0 changelog, commit
+    9a7f240f0: Runge-Kutta-Munthe-Kaas for ball and free joints): each rotational 3-vector w of the stage's
+    qvel, whose orientation is the start's rotated by `offset` (the stage's theta = h * its dX), replaced
+    by dexp^-1_{-theta}(w) = w + theta x w / 2 + c(|theta|) theta x (theta x w), c(t) = (1 - (t/2) cot(t/2)) / t^2,
+    in closed form (its series where the closed form cancels); other dofs as they are. Matches mujoco 4.0.0's
+    mj_step bit for bit on free and ball joints (bench/results/mjx-ant-rk4-2026-11-27.txt)."""
+    import jax.numpy as jnp
+
+    rot_v = _joint_indices(m)[5]
+    if not len(rot_v):
+        return qvel
+    w, theta = qvel[rot_v], -offset[rot_v]  # dexp^-1_x(w) = w - x x w / 2 + c x x (x x w) at x = -theta
+    t2 = jnp.sum(theta * theta, axis=-1, keepdims=True)
+    cut = 1e-3 if qvel.dtype == jnp.float64 else 0.3  # below: the series (error < 1e-20); above: closed form
+    safe = jnp.sqrt(jnp.where(t2 > cut * cut, t2, 1.0))
+    closed = (1 - (safe / 2) / jnp.tan(safe / 2)) / (safe * safe)
+    series = 1 / 12 + t2 * (1 / 720 + t2 * (1 / 30240 + t2 / 1209600))
+    c = jnp.where(t2 > cut * cut, closed, series)
+    once = jnp.cross(theta, w)
+    return qvel.at[rot_v].set(w - 0.5 * once + c * jnp.cross(theta, once))
+
+
 def c_step(m, d, **solver_options):
-    """mjx.step over `c_forward`: MJX's Euler (implicit damping) and RK4 integrators, each stage's forward
-    solving its constraints as C MuJoCo does."""
+    """mjx.step over `c_forward`: MJX's Euler (implicit damping) and C MuJoCo 4's RK4, each stage's forward
+    solving its constraints as C MuJoCo does. C's RK4 (mj_RungeKutta) where it is not MJX's: positions move
+    from the step's qpos as given (`c_integrate_pos`: C's quaternion rule) and each stage's rotational
+    velocities are Runge-Kutta-Munthe-Kaas corrected before they integrate positions (`_rkmk_velocity`);
+    for hinge and slide joints alone (Hopper, Walker2d, HalfCheetah) this is MJX's RK4 op for op."""
     import jax
     import jax.numpy as jnp
     from mujoco.mjx._src import forward as fwd
-    from mujoco.mjx._src import scan
     from mujoco.mjx._src.types import IntegratorType
 
+    qpos0 = d.qpos  # C's X[0]: as given; MJX's kinematics writes normalised quaternions back into d.qpos
     d = c_forward(m, d, **solver_options)
     if m.opt.integrator == IntegratorType.EULER:
         return fwd.euler(m, d)
     if m.opt.integrator != IntegratorType.RK4:
         raise NotImplementedError(f"integrator {m.opt.integrator}")
-    d0 = d
+    d0, h = d, m.opt.timestep
     A, B = fwd._RK4_A, fwd._RK4_B
-    T = d.time + jnp.tril(A).sum(axis=0) * m.opt.timestep
+    T = d.time + jnp.tril(A).sum(axis=0) * h
     qvel, qacc, act_dot = (B[0] * d.qvel, B[0] * d.qacc, B[0] * d.act_dot)
-    kqvel = d.qvel
-    integrate = lambda *args: fwd._integrate_pos(*args, dt=m.opt.timestep)  # noqa: E731
+    kqvel = d.qvel  # the previous stage's velocity for positions (stage 0's needs no correction)
 
     def stage(carry, x):
         qvel, qacc, act_dot, kqvel, d = carry
         a, b, t = x
-        kqpos = scan.flat(m, integrate, "jqv", "q", m.jnt_type, d0.qpos, a * kqvel)
-        kact = d0.act + a * d.act_dot * m.opt.timestep
-        kqvel = d0.qvel + a * d.qacc * m.opt.timestep
-        d = c_forward(m, d.replace(qpos=kqpos, qvel=kqvel, act=kact, time=t), **solver_options)
+        dq = a * kqvel
+        kqpos = c_integrate_pos(m, qpos0, dq, h)
+        kact = d0.act + a * d.act_dot * h
+        stage_qvel = d0.qvel + a * d.qacc * h
+        d = c_forward(m, d.replace(qpos=kqpos, qvel=stage_qvel, act=kact, time=t), **solver_options)
+        kqvel = _rkmk_velocity(m, stage_qvel, h * dq)
         return (qvel + b * kqvel, qacc + b * d.qacc, act_dot + b * d.act_dot, kqvel, d), None
 
     abt = jnp.vstack([jnp.diag(A), B[1:4], T]).T
     (qvel, qacc, act_dot, _, d1), _ = jax.lax.scan(stage, (qvel, qacc, act_dot, kqvel, d), abt, unroll=3)
-    d = d1.replace(qpos=d0.qpos, qvel=d0.qvel, act=d0.act, time=d0.time)
-    return fwd._advance(m, d, act_dot, qacc, qvel)
+    d = d1.replace(qpos=qpos0, qvel=d0.qvel, act=d0.act, time=d0.time)
+    # mj_advance (MJX's _advance with C's position rule): velocities by the stages' accelerations, positions
+    # from X[0] by the stages' corrected velocities, time, and the last stage's qacc as the next warm start
+    act = fwd._next_activation(m, d, act_dot)
+    return d.replace(act=act, qvel=d.qvel + qacc * h, qpos=c_integrate_pos(m, qpos0, qvel, h), time=d.time + h,
+                     qacc_warmstart=d.qacc)
 
 
 # ---------------------------------------------------------------- one env as the functional protocol
