@@ -108,6 +108,45 @@ def test_the_constraint_solve_stops_where_c_mujoco_stops(hopper):
     assert worst["c"] < 1 and worst["mjx"] > 3, worst
 
 
+def test_ant_steps_match_gymnasium_to_1e_9_in_float64():
+    """Under float64 (jax.enable_x64, this test only) the backend is C MuJoCo 4.0's algorithm: Ant-v5 steps
+    from states read off gymnasium along random actions (through contacts and resets) give gymnasium's next
+    qpos, qvel, qacc_warmstart, observation and reward within 1e-9 x max(|reference|, 1). Ant's RK4 moves its
+    free joint's quaternion by C's Runge-Kutta-Munthe-Kaas rule (MJX's plain RK4 was 1e-4 off in qpos,
+    0.2 in qacc_warmstart), and its float32 ctrl cost is numpy's to the bit
+    (bench/results/mjx-ant-rk4-2026-11-27.txt). JAX's in-memory caches are cleared at each mode switch:
+    jax 0.10.2 reuses nested jits (jnp.tril's) compiled for float32 under float64 and fails to lower."""
+    jax.clear_caches()
+    try:
+        with jax.enable_x64(True):
+            env = MjxEnv("Ant-v5")
+            step = jax.jit(env.step)
+            reference = gym.make("Ant-v5")
+            reference.action_space.seed(5)
+            reference.reset(seed=5)
+            worst, contacts = {}, 0
+            for t in range(30):
+                state = env.state_from_reference(reference)
+                action = reference.action_space.sample()
+                obs, reward, terminated, _, _ = reference.unwrapped.step(action)
+                contacts += reference.unwrapped.data.ncon > 0
+                after = env.state_from_reference(reference)
+                b_obs, b_state, b_reward, _ = step(jax.random.PRNGKey(0), state, action)
+                for name, mine, theirs in (("qpos", b_state.qpos, after.qpos), ("qvel", b_state.qvel, after.qvel),
+                                           ("qacc_warmstart", b_state.qacc_warmstart, after.qacc_warmstart),
+                                           ("obs", b_obs, obs), ("reward", b_reward, reward)):
+                    mine, theirs = np.asarray(mine, np.float64), np.asarray(theirs, np.float64)
+                    deviation = np.max(np.abs(mine - theirs) / np.maximum(np.abs(theirs), 1.0))
+                    worst[name] = max(worst.get(name, 0.0), float(deviation))
+                if terminated:
+                    reference.reset(seed=100 + t)
+            env.close()
+    finally:
+        jax.clear_caches()
+    assert contacts > 0
+    assert max(worst.values()) < 1e-9, worst
+
+
 def test_a_wrong_mjx_model_fails_l2_naming_the_field(monkeypatch):
     """The verifier's L2 on mjx is not blind: the same backend over a Hopper whose joint damping is 30%
     higher fails `step from rollout states`, and the report names the differing fields."""
