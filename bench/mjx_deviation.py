@@ -3,7 +3,7 @@ random-action episodes (actions doubled, so half fall outside the ctrl range, an
 reset on termination and, with --reset-every N, every N steps (a reset state's warm start is zero, where
 the constraint solve runs longest), split by whether the reference step had contacts. Run once in float32
 and once with --x64 to tell rounding (gone in float64) from algorithm (stays); --solver mjx steps MJX's own
-constraint solver instead of the backend's C-rule solve (envs_fast/mjx_backend.c_solve), to measure what
+constraint solver instead of the backend's C-rule solve (envs_fast/mjx_c_engine.c_solve), to measure what
 that changes:
 
     .venv/bin/python bench/mjx_deviation.py --env Hopper-v5 [--steps 300] [--x64] [--solver c|mjx] [--reset-every 7]
