@@ -159,10 +159,6 @@ class Float64Twin:
     def __getattr__(self, name):  # sync functions, field declarations, source hash: the backend's own
         return getattr(self._inner, name)
 
-    @property
-    def syncs_state(self) -> bool:
-        return self._inner.syncs_state
-
     def reset(self, seeds):
         with _float64():
             return self._inner.reset(seeds)

@@ -85,7 +85,7 @@ def _check(ctx: Context, report: LevelReport):
         _compare_samples(ctx, report, f"step from states under the {name}", samples, departures)
     _compare_samples(ctx, report, "step from boundary states", boundary, departures)
     if ctx.twin:
-        report.tolerances.update(twin_tolerances(departures, "steps"))
+        report.tolerances.update(twin_tolerances(departures))
     _coverage(ctx, report, rollout, under_policies, boundary)  # after: a differing step is the failure to show first
 
 

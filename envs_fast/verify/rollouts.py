@@ -93,7 +93,7 @@ def _synced(ctx: Context, report: LevelReport):
             return
         compared = _compare_trajectories(ctx, report, stepper, trajectories, out)
         if own is not None:
-            report.tolerances.update(twin_tolerances([_departure(ctx, trajectories, compared, out, own)], "steps"))
+            report.tolerances.update(twin_tolerances([_departure(ctx, trajectories, compared, out, own)]))
     finally:
         stepper.close()
 

@@ -139,17 +139,17 @@ def tost_tolerance(s: Settings) -> dict[str, str]:
     return {"TOST": f"equivalence margin {s.margin_sd} pooled sd (floor 1% of the reference mean), alpha 0.05"}
 
 
-def twin_tolerances(departures: list[dict], unit: str) -> dict[str, str]:
+def twin_tolerances(departures: list[dict]) -> dict[str, str]:
     """The report's account of a float32 backend verified through its float64 twin (Context.twin):
     what the tolerances above were held to, and how far the backend itself is from it."""
     compared = sum(d["steps"] for d in departures)
     beyond = sum(d["beyond"] for d in departures)
     worst = max(departures, key=lambda d: d["fraction of allowed"], default=None)
     if worst is None or "field" not in worst:
-        measured = f"its {unit} equal the twin's"
+        measured = "its steps equal the twin's"
     else:
-        measured = (f"its {unit} depart from the twin's by up to {worst['fraction of allowed']:.3g} times the base tolerance "
-                    f"({worst['field']}, {worst['origin']}, in '{worst['check']}'); {beyond} of {compared} {unit} go beyond it")
+        measured = (f"its steps depart from the twin's by up to {worst['fraction of allowed']:.3g} times the base tolerance "
+                    f"({worst['field']}, {worst['origin']}, in '{worst['check']}'); {beyond} of {compared} steps go beyond it")
     return {"float64 twin": "the tolerances above hold the backend's float64 twin (the same program under "
                             "jax_enable_x64) to the reference, which computes in float64: the algorithm, apart from float32 rounding",
             "float32 backend": f"not held to them, as float32 rounding at stiff constraints exceeds them; {measured}; "
