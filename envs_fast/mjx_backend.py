@@ -209,6 +209,15 @@ def _state_class(env_id: str, fields: tuple):
     return collections.namedtuple(f"Mjx{slug(env_id).title().replace('_', '')}State", fields)
 
 
+def put_model(model):
+    """The MjModel on the device for MJX's JAX implementation, its inertia M factored by MJX's sparse LDL
+    (C's mj_factorM) in JAX ops rather than by LAPACK: batched LAPACK calls deadlock XLA's CPU thread pool
+    (see mjx_c_engine's chol_factor). Raises NotImplementedError for what MJX does not implement."""
+    mjx = _mjx()
+    mjx_model = mjx.put_model(model, impl="jax")
+    return mjx_model.replace(opt=mjx_model.opt.replace(jacobian=mjx.JacobianType.SPARSE))
+
+
 class MjxEnv:
     """One gymnasium MuJoCo v5 env on MJX: the protocol's reset/step (pure, jittable, vmappable) and
     state sync with a gymnasium instance of it."""
@@ -231,7 +240,7 @@ class MjxEnv:
         unwrapped = self._reference.unwrapped
         self.rules = rules_class(env_id)(unwrapped)  # gymnasium's constants, as mujoco_batch reads them
         try:  # put_model refuses, naming it, what MJX's JAX implementation lacks (a solver, integrator, collision pair)
-            self.mjx_model = mjx.put_model(unwrapped.model, impl="jax")
+            self.mjx_model = put_model(unwrapped.model)
         except NotImplementedError as exc:
             raise BackendError(f"mjx cannot run {env_id}: its model uses what MJX does not implement: "
                                f"{exc or type(exc).__name__}") from None

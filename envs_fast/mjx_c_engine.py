@@ -10,6 +10,8 @@ import collections
 
 import numpy as np
 
+MJ_MINVAL = 1e-15  # mjMINVAL: C's floor for a Cholesky diagonal; below it, C leaves a vector unnormalised
+
 # ---------------------------------------------------------------- the constraint solve, with C MuJoCo's stopping rules
 #
 # MJX 3.17's solver (mujoco/mjx/_src/solver.py) is MuJoCo's primal Newton method with MuJoCo 3.x's old
@@ -42,6 +44,47 @@ def c_solver_covers(model) -> str | None:
     if opt.noslip_iterations:
         return "the noslip solver"
     return None
+
+
+# ---------------------------------------------------------------- small dense Cholesky, without LAPACK
+#
+# jax.scipy.linalg.cho_factor lowers on CPU to LAPACK's potrf through a custom call that, batched (one
+# matrix per env), splits the batch over XLA's intra-op thread pool from inside a pool thread and waits
+# for it (jaxlib's ParallelBatchMap). Two such calls running at once on a 2-thread pool wait for each
+# other forever: HalfCheetah's and Ant's 1000-env steps hung at 0% CPU in lapack_spotrf_ffi
+# (bench/results/mjx-lapack-hang-2026-11-27.txt). So the solve's Hessian is factored here, in plain
+# JAX ops (unrolled over the static size, nv <= a few dozen), by C MuJoCo's own rule; M itself is
+# factored by MJX's sparse LDL (the mjx backend puts its model with a sparse inertia), as C's mj_factorM.
+
+def chol_factor(a):
+    """mju_cholFactor(a, n, mjMINVAL): the lower Cholesky factor of a symmetric (n, n) matrix, column by
+    column, a diagonal below mjMINVAL raised to it (C's rank-deficient rule)."""
+    import jax.numpy as jnp
+
+    n = a.shape[-1]
+    lower = jnp.zeros_like(a)
+    for j in range(n):
+        row = lower[j, :j]
+        diagonal = a[j, j] - jnp.dot(row, row)
+        diagonal = jnp.sqrt(jnp.where(diagonal < MJ_MINVAL, jnp.asarray(MJ_MINVAL, a.dtype), diagonal))
+        lower = lower.at[j, j].set(diagonal)
+        if j + 1 < n:
+            lower = lower.at[j + 1:, j].set((a[j + 1:, j] - lower[j + 1:, :j] @ row) * (1 / diagonal))
+    return lower
+
+
+def chol_solve(lower, b):
+    """mju_cholSolve: x with (L L') x = b, forward then backward substitution."""
+    import jax.numpy as jnp
+
+    n = b.shape[-1]
+    y = []
+    for i in range(n):
+        y.append((b[i] - jnp.dot(lower[i, :i], jnp.stack(y)) if i else b[i]) / lower[i, i])
+    x = [None] * n
+    for i in reversed(range(n)):
+        x[i] = (y[i] - jnp.dot(lower[i + 1:, i], jnp.stack(x[i + 1:])) if i + 1 < n else y[i]) / lower[i, i]
+    return jnp.stack(x)
 
 
 class _Point(collections.namedtuple("_Point", "alpha cost d0 d1")):
@@ -89,7 +132,7 @@ def c_solve(m, d, tolerance=None, ls_tolerance=None, iterations=None, ls_iterati
         qfrc_constraint = J.T @ force
         grad = ma - qfrc_smooth - qfrc_constraint
         hessian = M + (J.T * jnp.where(active, D, 0)) @ J
-        mgrad = jax.scipy.linalg.cho_solve(jax.scipy.linalg.cho_factor(hessian), grad)
+        mgrad = chol_solve(chol_factor(hessian), grad)
         return force, qfrc_constraint, grad, mgrad
 
     def search_line(qacc, ma, jaref, search):
@@ -192,8 +235,7 @@ def c_solve(m, d, tolerance=None, ls_tolerance=None, iterations=None, ls_iterati
     # takes qacc_smooth without solving
     rows = jnp.any(J != 0)
     gradient_small = scale * jnp.linalg.norm(grad) < tol
-    # M^-1 grad through the factor fwd_position made (as C's qLD): no second LAPACK call beside update's
-    # Cholesky, which batched (ParallelBatchMap) and run concurrently deadlocked XLA's CPU thread pool
+    # M^-1 grad through the factor fwd_position made (C's qLD)
     gap = jnp.maximum(0, 0.5 * scale * jnp.dot(grad, smooth.solve_m(m, d, grad))) < tol
     decrement = jnp.maximum(0, 0.5 * scale * jnp.dot(grad, mgrad)) < tol
     done = (gradient_small & (gap | decrement)) | ~rows
@@ -334,9 +376,6 @@ def c_forward(m, d, **solver_options):
         return d.replace(qacc=d.qacc_smooth)
     d = c_solve(m, d, **solver_options)
     return sensor.sensor_acc(m, d)
-
-
-MJ_MINVAL = 1e-15  # mjMINVAL: C's normalisations leave a vector alone below it (and a unit one within it)
 
 
 def _c_quat_integrate(quat, vel, dt):

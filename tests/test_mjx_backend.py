@@ -160,7 +160,7 @@ def test_a_wrong_mjx_model_fails_l2_naming_the_field(monkeypatch):
         env = MjxEnv(env_id)
         model = copy.deepcopy(env._reference.unwrapped.model)
         model.dof_damping[:] = model.dof_damping * 1.3
-        env.mjx_model = mjx_backend._mjx().put_model(model, impl="jax")
+        env.mjx_model = mjx_backend.put_model(model)
         return env.functional()
 
     monkeypatch.setattr(mjx_backend, "load_mjx", wrong)
@@ -273,3 +273,36 @@ def test_choose_backend_trains_mjx_only_verified_and_where_it_is_fastest():
     assert envs_fast.training_refusal("mjx", env_id) is None
     cache.store_verdict("mjx", env_id, [1, 2, 3], False, "failed (test)")
     assert envs_fast.choose_backend(env_id, 16) == "mujoco_batch"
+
+
+@pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Ant-v5"])
+def test_the_batched_mjx_step_calls_no_lapack(env_id):
+    """Batched LAPACK calls (jax.scipy's Cholesky lowers to lapack_spotrf_ffi on CPU) split their batch over
+    XLA's CPU thread pool from inside it; two at once on 2 cores wait for each other forever, which hung
+    HalfCheetah's and Ant's 1000-env steps. The vector env's whole step lowers to no LAPACK custom call."""
+    import jax.numpy as jnp
+
+    env = envs_fast.make_vec_env("mjx", env_id, 4, seed=0, verified_only=False)
+    env.reset(seed=0)
+    actions = jnp.zeros((4,) + env.single_action_space.shape, jnp.float32)
+    text = env._step_fn.lower(env._key, env._state, env._elapsed, env._needs_reset, actions).as_text()
+    assert "custom_call" in text or "stablehlo" in text  # a real lowering of the step
+    assert "lapack" not in text.lower(), sorted(set(line.strip()[:120] for line in text.splitlines() if "lapack" in line))
+
+
+def test_c_cholesky_solves_like_numpy_and_floors_a_singular_diagonal_as_c_does():
+    """chol_factor / chol_solve (mju_cholFactor / mju_cholSolve in JAX ops): on a symmetric positive definite
+    matrix they solve as numpy does; a zero pivot is raised to mjMINVAL (C's rule) instead of NaN."""
+    from envs_fast.mjx_c_engine import MJ_MINVAL, chol_factor, chol_solve
+
+    with jax.enable_x64(True):
+        rng = np.random.default_rng(0)
+        a = rng.normal(size=(9, 9))
+        spd, b = a @ a.T + 9 * np.eye(9), rng.normal(size=9)
+        lower = np.asarray(jax.jit(chol_factor)(spd))
+        np.testing.assert_allclose(lower, np.linalg.cholesky(spd), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(np.asarray(jax.jit(chol_solve)(lower, b)), np.linalg.solve(spd, b), rtol=1e-10)
+        singular = np.zeros((3, 3))
+        singular[0, 0] = 4.0
+        assert np.asarray(chol_factor(singular))[1, 1] == np.sqrt(MJ_MINVAL)
+    jax.clear_caches()  # jax 0.10 reuses nested jits across x64 switches (see jax_batched.Float64Twin)
