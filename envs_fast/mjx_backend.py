@@ -291,6 +291,7 @@ class MjxEnv:
                 qvel_key, (rules.model.nv,), f, -rules.noise, rules.noise)
         forward = c_forward if self.solver == "c" else mjx.forward
         data = forward(self.mjx_model, self.template.replace(qpos=qpos, qvel=qvel))
+        data = data.replace(qpos=qpos)  # C's mj_forward leaves qpos as given; MJX's writes quaternions normalised
         cfrc_ext = jnp.zeros((rules.model.nbody, 6), f)  # mj_resetData zeroed it and mj_forward does not compute it
         return _observation(rules, data, cfrc_ext), self._state(data)
 

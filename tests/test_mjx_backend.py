@@ -306,3 +306,18 @@ def test_c_cholesky_solves_like_numpy_and_floors_a_singular_diagonal_as_c_does()
         singular[0, 0] = 4.0
         assert np.asarray(chol_factor(singular))[1, 1] == np.sqrt(MJ_MINVAL)
     jax.clear_caches()  # jax 0.10 reuses nested jits across x64 switches (see jax_batched.Float64Twin)
+
+
+def test_an_ant_reset_keeps_its_noised_quaternion_unnormalised_as_gymnasium_does():
+    """gymnasium's Ant reset adds uniform noise to qpos, the torso's quaternion included, and mj_forward
+    leaves qpos as given: the observed quaternion's norm spreads around 1 (sd ~0.058 at noise 0.1). MJX's
+    kinematics writes normalised quaternions back; the backend's reset must not pass that on."""
+    env = MjxEnv("Ant-v5")
+    obs, state = jax.jit(jax.vmap(env.reset))(jax.random.split(jax.random.PRNGKey(0), 200))
+    norms = np.linalg.norm(np.asarray(state.qpos)[:, 3:7], axis=1)
+    reference = gym.make("Ant-v5")
+    reference_norms = [np.linalg.norm(reference.reset(seed=s)[0][1:5]) for s in range(200)]
+    reference.close()
+    assert np.std(reference_norms) > 0.04  # what gymnasium does
+    assert np.std(norms) > 0.04, np.std(norms)
+    np.testing.assert_array_equal(np.asarray(obs)[:, 1:5], np.asarray(state.qpos)[:, 3:7])
