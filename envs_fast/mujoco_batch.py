@@ -243,7 +243,7 @@ class Humanoid(Rules):
         return ((after - before) / self.dt)[:, 0]
 
     def observation(self, sim, ids):
-        n = len(ids)
+        n = len(sim.qvel[ids])
         return np.concatenate((sim.qpos[ids, 2:], sim.qvel[ids], sim.cinert[ids, 1:].reshape(n, -1),
                                sim.cvel[ids, 1:].reshape(n, -1), sim.qfrc_actuator[ids, 6:],
                                sim.cfrc_ext[ids, 1:].reshape(n, -1)), axis=1)
@@ -255,7 +255,7 @@ class Humanoid(Rules):
         z = sim.qpos[ids, 2]
         healthy = (self.min_z < z) & (z < self.max_z)
         cfrc_ext = sim.cfrc_ext[ids]
-        contact_cost = np.clip(self.contact_weight * np.sum(np.square(cfrc_ext).reshape(len(ids), -1), axis=1),
+        contact_cost = np.clip(self.contact_weight * np.sum(np.square(cfrc_ext).reshape(len(cfrc_ext), -1), axis=1),
                                self.min_cost, self.max_cost)
         rewards = self.forward_weight * x_velocity + healthy * self.healthy_reward
         costs = self.ctrl_cost(sim, ids, actions) + contact_cost
@@ -284,9 +284,12 @@ def refusal(env_id: str) -> str | None:
 
 # ---------------------------------------------------------------- a batch of simulations
 
+ALL_ROWS = slice(None)  # BatchSim.step's rows: every simulation, indexed by views rather than copies
+
+
 class BatchSim:
     """n simulations of one env on a `mujoco.batch.Batch`, with the env's Python on top: reset with
-    its noise, step with its reward and termination. Rows are selected by sorted int ids."""
+    its noise, step with its reward and termination. Rows are selected by sorted int ids (or ALL_ROWS)."""
 
     def __init__(self, rules: Rules, n: int, nthread: int = 0):
         mujoco = _mujoco()
@@ -335,7 +338,7 @@ class BatchSim:
         rules = self.rules
         before = rules.position(self, ids).copy()
         self.ctrl[ids] = actions
-        self.batch.step(ids, nstep=rules.frame_skip)
+        self.batch.step(None if ids is ALL_ROWS else ids, nstep=rules.frame_skip)
         if rules.needs_cfrc_ext:
             self._post_constraint(ids)
         if self.derived is not None:
@@ -347,7 +350,7 @@ class BatchSim:
     def _post_constraint(self, ids) -> None:
         """cfrc_ext as gymnasium's mj_rnePostConstraint after mj_step computes it, row by row."""
         scratch, model, rne = self._scratch, self.model, self.mujoco.mj_rnePostConstraint
-        for row in ids:
+        for row in np.arange(self.n)[ids]:
             self.batch.get_data(int(row), scratch)
             rne(model, scratch)
             self.cfrc_ext[row] = scratch.cfrc_ext
@@ -539,7 +542,7 @@ class MujocoBatchVectorEnv(TranslationVectorEnv):
                              f"got {actions.shape}")
         resetting = self._autoreset
         if not resetting.any():  # most steps: every env steps, without the scatter below
-            obs, reward, terminated = self.sim.step(self._all, actions)
+            obs, reward, terminated = self.sim.step(ALL_ROWS, actions)
             self._elapsed += 1
             truncated = self._elapsed >= self._limit
             self._autoreset = terminated | truncated
