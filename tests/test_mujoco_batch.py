@@ -94,7 +94,7 @@ def test_reset_noise_is_gymnasiums_for_every_seed(backends, env_id):
     assert np.all(np.abs(state.qpos - rules.init_qpos) <= rules.noise)  # uniform in +-scale around init_qpos
 
 
-@pytest.mark.parametrize("env_id", ["Hopper-v5", "Ant-v5"])
+@pytest.mark.parametrize("env_id", ["Hopper-v5", "Ant-v5", "HalfCheetah-v5", "Humanoid-v5"])
 def test_vector_env_is_gymnasiums_sync_vector_env_across_autoresets(env_id):
     """The VectorEnv against gym.make_vec (SyncVectorEnv, NEXT_STEP autoreset) under the same seed and
     actions: every observation, reward and flag equal, through episodes ending and resetting (the reset
