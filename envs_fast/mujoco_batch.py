@@ -243,8 +243,9 @@ class Humanoid(Rules):
         return ((after - before) / self.dt)[:, 0]
 
     def observation(self, sim, ids):
-        n = len(sim.qvel[ids])
-        return np.concatenate((sim.qpos[ids, 2:], sim.qvel[ids], sim.cinert[ids, 1:].reshape(n, -1),
+        qvel = sim.qvel[ids]
+        n = len(qvel)
+        return np.concatenate((sim.qpos[ids, 2:], qvel, sim.cinert[ids, 1:].reshape(n, -1),
                                sim.cvel[ids, 1:].reshape(n, -1), sim.qfrc_actuator[ids, 6:],
                                sim.cfrc_ext[ids, 1:].reshape(n, -1)), axis=1)
 
