@@ -22,12 +22,22 @@ Welch-style, each side with its own variance:
     var_c = (PRIOR_SD_RATIO * sigma)^2                        n = 1: the stated prior, no runs of its own
           = max(sigma^2, s_c^2) with n - 1 df                 n >= 2: s_c, the sd of its own n runs
     var_B = sigma^2 with sigma's df                           the best, the mean of n_B runs
+          = s_B^2 with n_B - 1 df                             when its own runs spread significantly wider
     t_n   = (m_n - B) / sqrt(var_c / n + var_B / n_B),  df: sigma's at n = 1, else Welch-Satterthwaite
 
 (sigma here is the night's, from every run but the candidate's.) The max() keeps a candidate whose
 few runs happen to agree from being judged as quieter than the code the night knows. With the
 pooled sigma alone, a candidate as good as the start but 3x, 5x or 8x as noisy was kept in 9%, 17%
 and 29% of 12-candidate nights; this way, at most the promised 5% (bench/keep_rule.py).
+The best, likewise, is judged at its own spread s_B when that is significantly wider than the
+other codes' (one-sided F test at 5%). A detune that makes training unstable gives a noisy start
+(Pendulum with one step per rollout: its 4 baselines spread over 750 points) among candidates far
+quieter than it (its fix runs at sd ~10). As their confirmations join the pool, sigma falls below
+the start's own spread, and judged at that sigma the start looked better measured than it is:
+12-candidate null nights of candidates 10x quieter than the start kept something in 7.7% of
+nights (bench/keep_rule.py, `0.1 x`); now 0.8%. Not max(sigma^2, s_B^2): 4 runs' s_B exceeds
+sigma by chance half the time, and at its 3 df that cost equal-noise nights a fifth of the gains
+they found.
 
 The decision is sequential. A candidate is trained with seed 1, then, while the evidence is
 ambiguous, retrained with the confirmation seeds (2, 3, ...) up to MAX_RUNS runs:
@@ -73,6 +83,7 @@ FUTILITY_T = (0.0, 1.0, 1.5, 1.5)              # t at or below which a look stop
 MAX_RUNS = len(LOOK_SHARES)                    # a candidate's runs at most: 1 + 4 confirmations
 PRIOR_SD_RATIO = 3.0   # before its own runs, a candidate's sd is taken as 3x the night's sigma
 MIN_SIGMA = 1e-9       # sigma when every run and every evaluation agree exactly
+BEST_SPREAD_LEVEL = 0.05   # the best is judged at its own spread when that is this significantly wider
 
 
 def candidate_alpha(k: int) -> float:
@@ -111,15 +122,34 @@ class Noise:
     df: int                              # degrees of freedom (a pair is one)
     floor: float                         # RMS of the evaluation standard errors
     groups: list[list[ScoredRun]] = field(default_factory=list)   # groups of 2+ runs of the same code
+    best_code: Optional[str] = None      # the code of the best to beat (its group is its own runs)
 
     def including(self, runs: list[ScoredRun] = (), extra_se: list[float] = ()) -> "Noise":
         """The estimate with more runs (a candidate's: one run alone joins no group), the floor
         also over `extra_se` (the candidate's evaluation standard error)."""
-        return estimate([r for g in self.groups for r in g] + list(runs), list(extra_se))
+        return estimate([r for g in self.groups for r in g] + list(runs), list(extra_se), self.best_code)
+
+    def wider_spread_of(self, code: Optional[str]) -> Optional[tuple[float, int]]:
+        """(sample variance, df) of the runs of `code` when they spread significantly wider than
+        every other code's (one-sided F test at BEST_SPREAD_LEVEL; none other: no evidence either
+        way), else None: the pooled sigma describes them."""
+        def squares(group):
+            mean = sum(r.score for r in group) / len(group)
+            return sum((r.score - mean) ** 2 for r in group)
+
+        own = [g for g in self.groups if g[0].code == code]
+        others = [g for g in self.groups if g[0].code != code]
+        if not own or not others:
+            return None
+        df_own, df_others = len(own[0]) - 1, sum(len(g) - 1 for g in others)
+        var_own, var_others = squares(own[0]) / df_own, sum(squares(g) for g in others) / df_others
+        if var_own <= max(var_others, self.floor ** 2, MIN_SIGMA ** 2) * _f_quantile(1 - BEST_SPREAD_LEVEL, df_own, df_others):
+            return None
+        return var_own, df_own
 
     def evidence(self) -> dict:
         return {"sigma": self.sigma, "pooled": self.pooled, "df": self.df, "floor_se": self.floor,
-                "groups": [[asdict(r) for r in group] for group in self.groups]}
+                "best_code": self.best_code, "groups": [[asdict(r) for r in group] for group in self.groups]}
 
     def short(self) -> str:
         source = f"{self.df} degree{'s' if self.df != 1 else ''} of freedom" if self.df else "no pair of runs yet"
@@ -127,7 +157,7 @@ class Noise:
         return f"sigma {self.sigma:.3g} from {source}{floored}"
 
 
-def estimate(runs: list[ScoredRun], extra_se: Optional[list[float]] = None) -> Noise:
+def estimate(runs: list[ScoredRun], extra_se: Optional[list[float]] = None, best_code: Optional[str] = None) -> Noise:
     """Pool the within-code variance over every code with two runs or more (distinct seeds; the
     latest run of a seed counts). The floor is the RMS of the evaluation standard errors of these
     runs and of `extra_se` (the candidate's own runs)."""
@@ -144,7 +174,7 @@ def estimate(runs: list[ScoredRun], extra_se: Optional[list[float]] = None) -> N
     ses = [r.se for g in groups for r in g] + list(extra_se or [])
     floor = math.sqrt(sum(s * s for s in ses) / len(ses)) if ses else 0.0
     sigma = max(pooled or 0.0, floor, MIN_SIGMA)
-    return Noise(sigma, pooled, df, floor, groups)
+    return Noise(sigma, pooled, df, floor, groups, best_code)
 
 
 def night_noise(rows: list[Row], folder: RunFolder, train_seeds: list[int], confirm_seed: int) -> Noise:
@@ -181,7 +211,7 @@ def night_noise(rows: list[Row], folder: RunFolder, train_seeds: list[int], conf
                     f"exp {row.exp} confirm {k}")
             if row.status == "keep":
                 best_code = f"exp {row.exp}"
-    return estimate(runs)
+    return estimate(runs, best_code=best_code)
 
 
 def best_evidence(rows: list[Row], folder: RunFolder) -> tuple[int, int, int]:
@@ -217,6 +247,11 @@ def _t_quantile(p: float, df: float) -> float:
     return float(stats.t.ppf(p, df))
 
 
+@lru_cache(maxsize=4096)
+def _f_quantile(p: float, df_a: int, df_b: int) -> float:
+    return float(stats.f.ppf(p, df_a, df_b))
+
+
 @dataclass
 class Decision:
     action: str            # keep, discard, confirm
@@ -245,23 +280,28 @@ def look(scores: list[float], best: float, noise: Noise, best_runs: int = 0, alp
     n = len(scores)
     mean = sum(scores) / n
     sigma2 = noise.sigma ** 2
+    level = alpha * LOOK_SHARES[n - 1]
     if n == 1:
         own, var_c, df_c = "prior", (PRIOR_SD_RATIO ** 2) * sigma2, noise.df
     else:
         sample = sum((x - mean) ** 2 for x in scores) / (n - 1)
         own, var_c, df_c = ("own", sample, n - 1) if sample > sigma2 else ("night's", sigma2, n - 1)
-    parts = [(var_c / n, df_c)] + ([(sigma2 / best_runs, noise.df)] if best_runs else [])
+    # The best's side: sigma^2, or its own runs' spread when that is wider (a noisy start among
+    # quiet candidates: their confirmations pull the pooled sigma down, not the start's noise).
+    own_best = noise.wider_spread_of(noise.best_code) if best_runs else None
+    var_b, df_b = own_best if own_best and own_best[0] > sigma2 else (sigma2, noise.df)
+    parts = [(var_c / n, df_c)] + ([(var_b / best_runs, df_b)] if best_runs else [])
     spread = math.sqrt(sum(v for v, _ in parts))
     # one run: both sides are scaled from the one night's sigma, so they share its df (Welch's
-    # formula would count them as two independent estimates)
-    df = welch_df(parts) if n > 1 else float(max(noise.df, 1))
+    # formula would count them as two independent estimates); not so when the best's is its own
+    df = float(max(noise.df, 1)) if n == 1 and var_b == sigma2 else welch_df(parts)
     t = (mean - best) / spread
-    level = alpha * LOOK_SHARES[n - 1]
     threshold = best + t_quantile(1 - level, df) * spread
     runs = f"{n} seeds: {', '.join(f'{s:.3f}' for s in scores)} (mean {mean:.3f})" if n > 1 else f"{mean:.3f}"
     sd_c = {"prior": f"{PRIOR_SD_RATIO:g} x sigma (prior)", "own": f"{math.sqrt(var_c):.3g} (its own)",
             "night's": "sigma"}[own]
-    of_best = f" + sigma^2/{best_runs}" if best_runs else ""
+    of_best = (f" + sd_B^2/{best_runs}, sd_B {math.sqrt(var_b):.3g} (the best's own)" if var_b != sigma2 else
+               f" + sigma^2/{best_runs}") if best_runs else ""
     gap = f"threshold {threshold:.3f} = best {best:.3f} + t(1-{level:.2g}, {df:.1f})*sqrt(sd^2/{n}{of_best}), " \
           f"candidate sd {sd_c}; {noise.short()}"
     evidence = dict(candidate_sd=math.sqrt(var_c), df=df)

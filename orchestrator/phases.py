@@ -202,7 +202,8 @@ class TrainPhase(Phase):
             record = {"exp": exps[i], "best": best, "best_runs": incumbent.runs, "incumbent": incumbent.commit,
                       "stretch": incumbent.stretch,
                       "rule": {"look_shares": list(LOOK_SHARES), "futility_t": list(FUTILITY_T),
-                               "prior_sd_ratio": PRIOR_SD_RATIO, "welch": True}, "looks": []}
+                               "prior_sd_ratio": PRIOR_SD_RATIO, "welch": True,
+                               "best_own_spread": True}, "looks": []}
             if kept is not None:
                 verdicts[i] = verdict_of(m, "discard", f"exp {exps[kept]} of the same round was kept "
                                                        f"({verdicts[kept].score:.3f})")

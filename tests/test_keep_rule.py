@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -20,8 +21,11 @@ def test_a_null_night_keeps_something_in_at_most_5_percent_of_nights_however_noi
     """12 candidates as good as the start, each with a seed-to-seed sd 1x, 3x or 8x the start's
     (a change that makes training bimodal is such a candidate), judged through the loop's own
     round and bookkeeping: with one sigma pooled over all code, the 8x night kept something in 29%
-    of nights; each candidate now weighs its own spread (and a prior of 3 sigma before it has any)."""
-    for ratio, trials in ((1.0, 300), (3.0, 300), (8.0, 600)):
+    of nights; each candidate now weighs its own spread (and a prior of 3 sigma before it has any).
+    Candidates 10x quieter than the start (the fixes of a detune that makes training unstable):
+    judged against the pooled sigma their confirmations pulled down, 7% of nights kept something;
+    the best now weighs its own runs' spread too."""
+    for ratio, trials in ((0.1, 300), (1.0, 300), (3.0, 300), (8.0, 600)):
         null = simulate_nights([0.0] * 12, trials, seed=int(ratio), sigma=7.0, se=0.5, candidate_sd=ratio)
         assert null.false_keep_nights <= NIGHT_ALPHA, (ratio, null)
         assert 1.0 < null.runs_per_candidate < 2.5, null   # most are discarded on their first run, free
@@ -109,6 +113,40 @@ def test_a_candidate_is_judged_by_its_own_spread_once_it_has_runs():
     # With the pooled sigma alone the same pair would have been confirmed, and a lucky third run kept.
     pooled = math.sqrt(noise.sigma ** 2 / 2 + noise.sigma ** 2 / 4)
     assert (205.0 - 180.0) / pooled > 1.0 > (205.0 - 180.0) / math.sqrt(2450.0 / 2 + noise.sigma ** 2 / 4)
+
+
+def test_a_noisy_start_is_judged_by_its_own_spread_however_quiet_the_pooled_candidates():
+    """Pendulum's JAX_NUM_STEPS 64 -> 1: the start's 4 baselines spread over 750 points, its
+    candidates' confirmations far less. The start's own spread stays in the comparison however far
+    they pull the pooled sigma down."""
+    base = [ScoredRun("exp 0", s, v, 5.0) for s, v in zip(range(1, 5), (-494.2, -1147.0, -959.7, -392.7))]
+    best = sum(r.score for r in base) / 4
+    quiet = [ScoredRun("exp 3", s, -830.0 + d, 5.0) for s, d in zip(range(1, 6), (-9, 4, 12, -3, -4))]
+    noise = estimate(base + quiet, best_code="exp 0").including(extra_se=[5.0] * 5)
+    s_b2, df_b = noise.wider_spread_of("exp 0")               # F test: far wider than the others'
+    assert df_b == 3 and noise.sigma ** 2 < s_b2 / 2          # the quiet group pulled sigma down
+    # A quiet candidate exactly as good as the start, after a low draw of the start: judged with
+    # the pooled sigma for the best it is kept; with the start's own spread it is not.
+    null = [best + 500.0 + d for d in (-8.0, 5.0, 11.0, -6.0, -2.0)]
+    fair = look(null, best, noise, best_runs=4, alpha=candidate_alpha(1))
+    assert fair.action == "discard" and "sd_B^2/4, sd_B" in fair.note and "(the best's own)" in fair.note
+    pooled = look(null, best, replace(noise, best_code=None), best_runs=4, alpha=candidate_alpha(1))
+    assert pooled.action == "keep" and "+ sigma^2/4" in pooled.note
+    # Welch's df from the start's own 3 and the candidate's 4 (its spread is the night's sigma)
+    parts = [(noise.sigma ** 2 / 5, 4), (s_b2 / 4, 3)]
+    assert fair.df == pytest.approx(welch_df(parts))
+    assert fair.threshold == pytest.approx(best + t_quantile(1 - candidate_alpha(1) * LOOK_SHARES[4], welch_df(parts))
+                                           * math.sqrt(sum(v for v, _ in parts)))
+    # A best quieter than the pool keeps sigma, as before; so does one whose 4 runs spread wider
+    # than the others' by no more than chance allows (equal noise: a night loses no power to it).
+    calm = estimate([ScoredRun("exp 0", s, 100.0 + d, 0.5) for s, d in zip(range(1, 5), (-1, 1, -1, 1))]
+                    + [ScoredRun("exp 2", s, 50.0 + d, 0.5) for s, d in zip(range(1, 4), (-20, 0, 20))],
+                    best_code="exp 0")
+    assert calm.wider_spread_of("exp 0") is None and "+ sigma^2/4" in look([160.0, 150.0], 100.0, calm, best_runs=4).note
+    chance = estimate([ScoredRun("exp 0", s, 100.0 + d, 0.5) for s, d in zip(range(1, 5), (-15, 15, -15, 15))]
+                      + [ScoredRun("exp 2", s, 50.0 + d, 0.5) for s, d in zip(range(1, 6), (-10, 10, -10, 10, 0))],
+                      best_code="exp 0")
+    assert chance.wider_spread_of("exp 0") is None                 # sd 17 against 10: F 3.0 < F(0.95; 3, 4) = 6.6
 
 
 def test_confirming_stops_on_a_falling_mean_and_after_max_runs():
