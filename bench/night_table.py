@@ -46,6 +46,7 @@ class NightRow:
     wall_s: float
     gap_recovered: float | None
     draw: dict | None = None     # a drawn detune: what was drawn and what it cost before the night
+    code: str | None = None      # the commit of the code the night ran (a resumed file spans sessions)
 
 
 def load_nights(path: Path) -> tuple[list[NightRow], dict, list[dict]]:

@@ -330,7 +330,8 @@ def main() -> int:
                 gap = shipped_scores.get(shipped_key, math.nan) - float(np.mean(start))
                 row = NightRow(problem.name, searcher, screen, night, start, best, improvement, p, significant,
                                n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
-                               round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None, draw)
+                               round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None, draw,
+                               code=git(REPO, "rev-parse", "--short", "HEAD"))
                 rows.append(row)
                 print(f"  {searcher:7s} {f'screen {screen:g}' if screen else 'no screen'} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
                       f"({improvement:+.2f}, p {p:.3f}; gap to shipped {gap:+.2f}) kept {n['kept']} "
