@@ -47,6 +47,7 @@ class NightRow:
     gap_recovered: float | None
     draw: dict | None = None     # a drawn detune: what was drawn and what it cost before the night
     code: str | None = None      # the commit of the code the night ran (a resumed file spans sessions)
+    budgets_to_best: float | None = None   # full budgets spent when the final best was kept
 
 
 def load_nights(path: Path) -> tuple[list[NightRow], dict, list[dict]]:
@@ -66,6 +67,9 @@ def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float
                                 "draws": list(draws)}, indent=1, default=str))
 
 
+TARGET_BUDGETS = 16   # the drawn-detune target: >= 80% of the gap within this many full budgets
+
+
 def summarize(rows: list[NightRow]) -> list[dict]:
     """One row per (problem, searcher, screen), and per (searcher, screen) over all drawn detunes."""
     out = []
@@ -82,6 +86,11 @@ def summarize(rows: list[NightRow]) -> list[dict]:
                     "false_keeps": sum(r.false_keep for r in group),
                     "gap_recovered": float(np.mean(recovered)) if recovered else None,
                     "nights_recovering_80pct": sum(r >= 0.8 for r in recovered) if recovered else None,
+                    f"nights_recovering_80pct_within_{TARGET_BUDGETS}": sum(
+                        r.gap_recovered >= 0.8 and r.budgets_to_best is not None and r.budgets_to_best <= TARGET_BUDGETS
+                        for r in group if r.gap_recovered is not None) if recovered else None,
+                    # scale-free, so a family of envs adds up: the gap recovered per full budget spent
+                    "gap_recovered_per_budget": sum(recovered) / budgets if recovered and budgets else None,
                     "full_budgets": budgets, "improvement_per_budget": sum(r.improvement for r in group) / budgets,
                     "candidates": sum(r.candidates for r in group), "wall_min": sum(r.wall_s for r in group) / 60,
                     "candidates_per_hour": sum(r.candidates for r in group) / max(sum(r.wall_s for r in group), 1) * 3600,
@@ -91,13 +100,18 @@ def summarize(rows: list[NightRow]) -> list[dict]:
 
 def print_table(summary: list[dict]) -> None:
     print("\n| problem | searcher | screen | nights | improvement (95% CI) | significant | false keeps | gap recovered "
-          "| nights >= 80% | budgets | per budget | candidates/h | per hour | wall min |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          f"| nights >= 80% (within {TARGET_BUDGETS} budgets) | budgets | per budget | gap per budget | candidates/h "
+          "| per hour | wall min |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in summary:
         low, high = s["ci95"]
         ci = f"{s['improvement']:+.1f}" + (f" ({low:+.1f}, {high:+.1f})" if low == low else "")
         gap = f"{100 * s['gap_recovered']:.0f}%" if s["gap_recovered"] is not None else "-"
+        target = s.get(f"nights_recovering_80pct_within_{TARGET_BUDGETS}")
+        within = f"{s['nights_recovering_80pct']} ({target if target is not None else '-'})" \
+            if s["gap_recovered"] is not None else "-"
+        per_budget = f"{100 * s['gap_recovered_per_budget']:.1f}%" if s.get("gap_recovered_per_budget") is not None else "-"
         print(f"| {s['problem']} | {s['searcher']} | {s['screen'] or 'off'} | {s['nights']} | {ci} | {s['significant_nights']} | "
-              f"{s['false_keeps']} | {gap} | {s['nights_recovering_80pct'] if s['gap_recovered'] is not None else '-'} | "
-              f"{s['full_budgets']:.1f} | {s['improvement_per_budget']:+.2f} | "
+              f"{s['false_keeps']} | {gap} | {within} | "
+              f"{s['full_budgets']:.1f} | {s['improvement_per_budget']:+.2f} | {per_budget} | "
               f"{s['candidates_per_hour']:.0f} | {s['improvement_per_hour']:+.1f} | {s['wall_min']:.1f} |")

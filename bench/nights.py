@@ -193,15 +193,32 @@ def run_night(root: Path, problem: Problem, searcher: str, experiments: int, scr
     best = git(clone, "rev-parse", f"autorl/{tag}")
     return {"clone": clone, "start": start, "best": best, "wall_s": wall, "rows": rows,
             "kept": int((rows.status == "keep").sum()), "screened": int((rows.status == "screened").sum()),
-            "candidates": int((rows.exp > 0).sum()), "full_budgets": full_budget_equivalents(run_dir, screen)}
+            "candidates": int((rows.exp > 0).sum()), "full_budgets": full_budget_equivalents(run_dir, screen),
+            "budgets_to_best": budgets_to_best(run_dir, rows, screen)}
 
 
-def full_budget_equivalents(run_dir: Path, screen: float | None) -> float:
+def full_budget_equivalents(run_dir: Path, screen: float | None, through_exp: int | None = None) -> float:
     """Every train run of the night (baselines, candidates, confirmations, the screens at their
-    fraction), in full budgets: each run leaves one train.log."""
-    runs = [log for log in run_dir.rglob("train.log") if "transfer" not in log.parts]
+    fraction), in full budgets: each run leaves one train.log. `through_exp`: only the runs of
+    experiments up to that one (a night of --parallel 1 runs them in that order)."""
+    runs = [log for log in run_dir.rglob("train.log") if "transfer" not in log.parts
+            and (through_exp is None or _exp_of(log, run_dir) <= through_exp)]
     screens = sum(1 for log in runs if "screen" in log.parts)
     return round(len(runs) - screens + screens * (screen or 0.0), 2)
+
+
+def _exp_of(log: Path, run_dir: Path) -> int:
+    """The experiment a run belongs to (the best's screen runs, in screen/ beside the exp folders,
+    count as the start's: a night that screens is read a little early)."""
+    folder = log.relative_to(run_dir).parts[0]   # exp-NNNN
+    return int(folder.split("-")[1]) if folder.startswith("exp-") else 0
+
+
+def budgets_to_best(run_dir: Path, rows, screen: float | None) -> float:
+    """The full budgets the night had spent when it kept its final best (the baselines' when it
+    kept nothing): what "recovered within B budgets" is read from."""
+    kept = rows[(rows.status == "keep") & (rows.phase == "train")]
+    return full_budget_equivalents(run_dir, screen, int(kept.exp.max()) if len(kept) else 0)
 
 
 # ---------------------------------------------------------------- rescoring
@@ -331,7 +348,7 @@ def main() -> int:
                 row = NightRow(problem.name, searcher, screen, night, start, best, improvement, p, significant,
                                n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
                                round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None, draw,
-                               code=git(REPO, "rev-parse", "--short", "HEAD"))
+                               code=git(REPO, "rev-parse", "--short", "HEAD"), budgets_to_best=n["budgets_to_best"])
                 rows.append(row)
                 print(f"  {searcher:7s} {f'screen {screen:g}' if screen else 'no screen'} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
                       f"({improvement:+.2f}, p {p:.3f}; gap to shipped {gap:+.2f}) kept {n['kept']} "

@@ -1,0 +1,49 @@
+"""The night benchmark's reading of a night: the full budgets spent until its final best was kept,
+and the drawn-detune target counted from it (bench/nights.py, bench/night_table.py)."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
+from night_table import TARGET_BUDGETS, NightRow, summarize  # noqa: E402
+from nights import budgets_to_best, full_budget_equivalents  # noqa: E402
+
+
+def _night(run_dir: Path, runs: dict[int, list[str]]) -> None:
+    """exp number -> the folders of its runs, each leaving a train.log as the runner does."""
+    for exp, folders in runs.items():
+        for folder in folders:
+            log = run_dir / f"exp-{exp:04d}" / folder / "train.log"
+            log.parent.mkdir(parents=True, exist_ok=True)
+            log.write_text("env_steps: 1\n")
+
+
+def test_budgets_to_best_counts_every_run_until_the_last_keep(tmp_path):
+    # 4 baselines; exp 1 discarded on its first run; exp 2 kept after 2 confirmations; exp 3
+    # screened at a quarter and stopped; exp 4 confirmed once and discarded.
+    _night(tmp_path, {0: [".", "run-2", "run-3", "run-4"], 1: ["."], 2: [".", "confirm", "confirm-2"],
+                      3: ["screen"], 4: [".", "confirm"]})
+    rows = pd.DataFrame({"exp": [0, 0, 0, 0, 1, 2, 3, 4], "phase": ["train"] * 8,
+                         "status": ["baseline"] * 4 + ["discard", "keep", "screened", "discard"]})
+    assert full_budget_equivalents(tmp_path, 0.25) == 4 + 1 + 3 + 0.25 + 2
+    assert budgets_to_best(tmp_path, rows, 0.25) == 4 + 1 + 3
+    # nothing kept: the best is the start, paid for by the baselines
+    assert budgets_to_best(tmp_path, rows.assign(status=["baseline"] * 4 + ["discard"] * 4), 0.25) == 4
+
+
+def _row(recovered: float, budgets_to_best: float | None, searcher: str = "optuna") -> NightRow:
+    return NightRow("drawn-pendulum-1", searcher, None, 1, [-900.0], [-200.0], 700.0, 0.01, True, 1, 0, 16, False,
+                    26.0, 400.0, recovered, {"env_id": "Pendulum-v1"}, code="abc1234", budgets_to_best=budgets_to_best)
+
+
+def test_the_target_counts_nights_that_recovered_80_percent_within_16_budgets():
+    rows = [_row(0.95, 12.0), _row(0.9, TARGET_BUDGETS + 5.0), _row(0.5, 8.0), _row(0.85, None),
+            _row(1.0, 9.0, "random")]
+    optuna = next(s for s in summarize(rows) if s["problem"] == "drawn (all draws)" and s["searcher"] == "optuna")
+    assert optuna["nights_recovering_80pct"] == 3
+    # late (21 budgets), short of 80%, or of unknown timing do not count towards the target
+    assert optuna[f"nights_recovering_80pct_within_{TARGET_BUDGETS}"] == 1
+    assert abs(optuna["gap_recovered_per_budget"] - (0.95 + 0.9 + 0.5 + 0.85) / (4 * 26.0)) < 1e-12
