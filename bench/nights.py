@@ -191,7 +191,8 @@ def run_night(root: Path, problem: Problem, searcher: str, experiments: int, scr
 
     rows = pd.read_csv(run_dir / "results.tsv", sep="\t", dtype={"commit": str})
     best = git(clone, "rev-parse", f"autorl/{tag}")
-    return {"clone": clone, "start": start, "best": best, "wall_s": wall, "rows": rows,
+    code = git(clone, "rev-parse", "--short", f"{start}~1" if problem.detune else start)   # what the night ran
+    return {"clone": clone, "start": start, "best": best, "wall_s": wall, "rows": rows, "code": code,
             "kept": int((rows.status == "keep").sum()), "screened": int((rows.status == "screened").sum()),
             "candidates": int((rows.exp > 0).sum()), "full_budgets": full_budget_equivalents(run_dir, screen),
             "budgets_to_best": budgets_to_best(run_dir, rows, screen)}
@@ -348,7 +349,7 @@ def main() -> int:
                 row = NightRow(problem.name, searcher, screen, night, start, best, improvement, p, significant,
                                n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
                                round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None, draw,
-                               code=git(REPO, "rev-parse", "--short", "HEAD"), budgets_to_best=n["budgets_to_best"])
+                               code=n["code"], budgets_to_best=n["budgets_to_best"])
                 rows.append(row)
                 print(f"  {searcher:7s} {f'screen {screen:g}' if screen else 'no screen'} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
                       f"({improvement:+.2f}, p {p:.3f}; gap to shipped {gap:+.2f}) kept {n['kept']} "
