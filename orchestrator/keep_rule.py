@@ -22,8 +22,9 @@ Welch-style, each side with its own variance:
     var_c = (PRIOR_SD_RATIO * sigma)^2                        n = 1: the stated prior, no runs of its own
           = max(sigma^2, s_c^2) with n - 1 df                 n >= 2: s_c, the sd of its own n runs
     var_B = sigma^2 with sigma's df                           the best, the mean of n_B runs
-          = s_B^2 with n_B - 1 df                             when its own runs spread significantly wider
-    t_n   = (m_n - B) / sqrt(var_c / n + var_B / n_B),  df: sigma's at n = 1, else Welch-Satterthwaite
+          = s_B^2 with its group's runs - 1 df                when its own runs spread significantly wider
+    t_n   = (m_n - B) / sqrt(var_c / n + var_B / n_B),  df: sigma's at n = 1 while var_B = sigma^2,
+                                                        else Welch-Satterthwaite
 
 (sigma here is the night's, from every run but the candidate's.) The max() keeps a candidate whose
 few runs happen to agree from being judged as quieter than the code the night knows. With the

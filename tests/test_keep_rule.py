@@ -127,7 +127,7 @@ def test_a_noisy_start_is_judged_by_its_own_spread_however_quiet_the_pooled_cand
     assert df_b == 3 and noise.sigma ** 2 < s_b2 / 2          # the quiet group pulled sigma down
     # A quiet candidate exactly as good as the start, after a low draw of the start: judged with
     # the pooled sigma for the best it is kept; with the start's own spread it is not.
-    null = [best + 500.0 + d for d in (-8.0, 5.0, 11.0, -6.0, -2.0)]
+    null = [best + 650.0 + d for d in (-8.0, 5.0, 11.0, -6.0, -2.0)]      # pooled: kept above +498; own: +850
     fair = look(null, best, noise, best_runs=4, alpha=candidate_alpha(1))
     assert fair.action == "discard" and "sd_B^2/4, sd_B" in fair.note and "(the best's own)" in fair.note
     pooled = look(null, best, replace(noise, best_code=None), best_runs=4, alpha=candidate_alpha(1))
@@ -220,6 +220,8 @@ def test_a_nights_pairs_baselines_confirmations_and_re_baselines(tmp_path):
     assert noise.df == 4  # 1 + 1 + 2
     assert noise.pooled == pytest.approx(math.sqrt((10 ** 2 / 2 + 20 ** 2 / 2 + (3 ** 2 + 1 ** 2 + 4 ** 2)) / 4))
     assert run.noise == noise.sigma
+    # The best's own group (the keep rule weighs its spread when wider): exp 5 with its re-baseline.
+    assert noise.best_code == "exp 5" and noise.including(extra_se=[1.0]).best_code == "exp 5"
     # What the best's score is the mean of, and where the stretch stands, from the same rows: the
     # last re-baseline (exp 9) is one run; no train keep since exp 5, and no candidate judged since.
     assert best_evidence(rows, folder) == (1, 0, 5)

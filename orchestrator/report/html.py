@@ -199,8 +199,8 @@ def html_page(night: Night, progress: bytes, distributions: Optional[bytes], ove
 · {html.escape(state_line(night))} · written {written}</p>
 {_cards(night)}
 <h2>Summary</h2><pre>{summary}</pre>
-<p class="muted">Gain CI: 95% interval of best minus baseline with training seeds as the units, as the keep rule
-weighs them: each side's seed-to-seed variance is the night's sigma² or its own runs' spread where larger, a Student t
+<p class="muted">Gain CI: 95% interval of best minus baseline with training seeds as the units, Welch-style like
+the keep rule: each side's seed-to-seed variance is the night's sigma² or its own runs' spread where larger, a Student t
 quantile with Welch's degrees of freedom (episodes within a run are not independent evidence of a gain). IQM: mean of the
 middle 50% of episode returns.</p>
 <h2>Progress</h2>{_img(progress, "progress chart")}

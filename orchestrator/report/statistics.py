@@ -19,9 +19,10 @@ def iqm(values) -> float:
 def seed_ci(before: list[float], after: list[float], sigma: float, df: int,
             confidence: float = CONFIDENCE) -> tuple[float, float]:
     """CI of mean(after) - mean(before) with training seeds as the units: `before` and `after` are
-    the scores of each side's runs (one per seed), as the keep rule weighs them: each side's variance
-    the night's sigma^2 (with its df), or its own runs' sample variance where that is larger (n - 1
-    df), a Student t quantile with Welch-Satterthwaite's df. (nan, nan) without a measure of seed
+    the scores of each side's runs (one per seed), each side's variance the night's sigma^2 (with its
+    df), or its own runs' sample variance where that is larger (n - 1 df), a Student t quantile with
+    Welch-Satterthwaite's df. (Wider than the keep rule's for a best whose runs spread only by
+    chance wider than sigma: the rule weighs a best's own spread only when an F test says so.) (nan, nan) without a measure of seed
     noise (no pair of runs yet, and neither side has two runs)."""
     from scipy.stats import t as student_t
 
