@@ -6,10 +6,13 @@ fitted to. For each env, N draws (`--draw-seed S`, documented in the JSON): a co
 uniformly from every constant of the block the night's path reads that has a prior
 (orchestrator/agents/ppo_priors.py), set 4x, 8x or 16x outside its usual range (on its own scale: a
 rate or a size divided or multiplied, a discount's distance to 1 multiplied, a flag off its usual
-value). Before the night the draw is checked to cost score on that path: the detuned and the
-shipped train.py each train --baselines 2 runs at the problem's budget (the daemon's own
-setup and baselines, `--max-experiments 0`); a draw whose cost is under 4 sigma (pooled over the
-two pairs) is recorded as rejected and redrawn. Each searcher's night then starts from the same
+value; a constant only continuous actions read, such as INIT_LOG_STD, is not drawn for a discrete
+env). Before the night the draw is checked to cost score on that path: the detuned and the
+shipped train.py each train CHECK_RUNS baselines at the problem's budget (the daemon's own setup
+and baselines, `--max-experiments 0`); a draw whose cost is under 4 sigma (sigma pooled over the
+two groups' spreads, 6 degrees of freedom) is recorded as rejected and redrawn. (Draws checked
+before November 27 trained 2 runs a side: sigma from 2 degrees of freedom, and Acrobot's
+JAX_NUM_ENVS 32 -> 1 passed at 13.5 sigma and rescored no worse than the shipped train.py.) Each searcher's night then starts from the same
 draw. `--json FILE` is rewritten after every night; `--resume FILE` reads such a file and adds the
 nights it lacks (draws are reproducible from the seed).
 """
@@ -27,18 +30,24 @@ TRAIN_PY = "candidate/train.py"
 
 DRAW_FACTORS = (4, 8, 16)    # how far outside the usual range a drawn detune sits
 COST_SIGMAS = 4.0            # a draw must cost at least this many sigma to be a problem
+CHECK_RUNS = 4               # runs a side of the cost check
 
 
-def drawable(path: str = "jax-e2e") -> list[tuple[str, object]]:
-    """(name, shipped value) of every constant of the shipped block that the `path` reads and that
-    has a prior with something atypical to it."""
+def drawable(path: str = "jax-e2e", env_id: str | None = None) -> list[tuple[str, object]]:
+    """(name, shipped value) of every constant of the shipped block that the `path` reads (and
+    `env_id`'s action space: a constant of continuous actions only is no problem on a discrete env)
+    and that has a prior with something atypical to it."""
     from orchestrator.agents.hyperparameter_block import FIXED_NAMES, read_block, reads
     from orchestrator.agents.ppo_priors import prior_of
 
+    text = (REPO / TRAIN_PY).read_text()
+    discrete = env_id is not None and _discrete(env_id)
     out = []
-    for c in read_block((REPO / TRAIN_PY).read_text()):
+    for c in read_block(text):
         prior = prior_of(c.name)
         if c.name in FIXED_NAMES or isinstance(c.value, str) or prior is None or not reads(c.path, path):
+            continue
+        if discrete and _continuous_only(text, c.name):
             continue
         if prior.low is None and prior.usual == (False, True):
             continue
@@ -46,12 +55,29 @@ def drawable(path: str = "jax-e2e") -> list[tuple[str, object]]:
     return out
 
 
+def _discrete(env_id: str) -> bool:
+    import gymnasium as gym
+
+    env = gym.make(env_id)
+    try:
+        return isinstance(env.action_space, gym.spaces.Discrete)
+    finally:
+        env.close()
+
+
+def _continuous_only(text: str, name: str) -> bool:
+    """Whether train.py's block says `name` is read for continuous actions only."""
+    line = next((line for line in text.splitlines() if line.startswith(f"{name} =")), "")
+    return "(continuous actions)" in line
+
+
 def draw_detune(env_id: str, index: int, seed: int, path: str = "jax-e2e") -> dict:
     """Draw `index` of `env_id`: {constant, value, shipped, factor, side, why}; reproducible from `seed`."""
     from orchestrator.agents.ppo_priors import prior_of
 
     rng = np.random.default_rng([seed, index, sum(map(ord, env_id))])
-    name, shipped = drawable(path)[int(rng.integers(len(drawable(path))))]
+    constants = drawable(path, env_id)
+    name, shipped = constants[int(rng.integers(len(constants)))]
     prior, factor = prior_of(name), int(rng.choice(DRAW_FACTORS))
     if isinstance(shipped, bool):
         value, side = (not prior.default), "flag"
@@ -72,8 +98,8 @@ def draw_detune(env_id: str, index: int, seed: int, path: str = "jax-e2e") -> di
 
 def cost_figures(detuned: list[float], shipped: list[float]) -> dict:
     """What a draw costs: the shipped train.py's mean minus the detuned one's, in sigma pooled over
-    the two pairs of runs (each pair's difference / sqrt 2)."""
-    pairs = [abs(a - b) / math.sqrt(2) for a, b in (detuned, shipped)]
-    sigma = max(math.sqrt(sum(p * p for p in pairs) / 2), 1e-9)
+    the two groups of runs (two runs a side: each pair's difference / sqrt 2)."""
+    squares = sum(float(np.sum((np.asarray(g) - np.mean(g)) ** 2)) for g in (detuned, shipped))
+    sigma = max(math.sqrt(squares / (len(detuned) + len(shipped) - 2)), 1e-9)
     cost = float(np.mean(shipped) - np.mean(detuned))
     return {"detuned": detuned, "shipped": shipped, "sigma": sigma, "cost": cost, "cost_sigmas": cost / sigma}

@@ -55,7 +55,7 @@ import numpy as np
 from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
-from drawn_detunes import COST_SIGMAS, cost_figures, draw_detune  # noqa: E402
+from drawn_detunes import CHECK_RUNS, COST_SIGMAS, cost_figures, draw_detune  # noqa: E402
 from night_table import NightRow, load_nights, print_table, summarize, write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
@@ -104,13 +104,13 @@ def screens(text: str) -> list[float | None]:
 
 
 def draw_cost(root: Path, problem: Problem, timeout_s: float) -> dict:
-    """What the draw costs on the night's path: the detuned and the shipped train.py, 2 baselines
-    each (the daemon's setup verification and baselines), and sigma pooled over the two pairs."""
+    """What the draw costs on the night's path: the detuned and the shipped train.py, CHECK_RUNS
+    baselines each (the daemon's setup verification and baselines), sigma pooled over both groups."""
     scores = {}
     for which, start in (("detuned", problem), ("shipped", replace(problem, detune={}))):
         clone, _ = clone_with_start(root / which, start)
         args = [sys.executable, "-m", "orchestrator", "run", "--env", problem.env_id, "--budget",
-                f"{problem.budget_s:g}", "--tag", "cost", "--max-experiments", "0", "--baselines", "2",
+                f"{problem.budget_s:g}", "--tag", "cost", "--max-experiments", "0", "--baselines", str(CHECK_RUNS),
                 "--agent", "optuna", *problem.run_args]
         done = subprocess.run(args, cwd=clone, capture_output=True, text=True, timeout=timeout_s,
                               env={**_env(), "ANTHROPIC_API_KEY": ""})

@@ -47,3 +47,24 @@ def test_the_target_counts_nights_that_recovered_80_percent_within_16_budgets():
     # late (21 budgets), short of 80%, or of unknown timing do not count towards the target
     assert optuna[f"nights_recovering_80pct_within_{TARGET_BUDGETS}"] == 1
     assert abs(optuna["gap_recovered_per_budget"] - (0.95 + 0.9 + 0.5 + 0.85) / (4 * 26.0)) < 1e-12
+
+
+def test_a_draw_costs_its_mean_gap_in_sigma_pooled_over_both_groups():
+    from drawn_detunes import cost_figures
+
+    # two runs a side: each pair's difference / sqrt 2, pooled (the figures of Pendulum's draw 1)
+    two = cost_figures([-601.596, -787.211], [-156.521, -243.785])
+    assert abs(two["sigma"] - 102.552345) < 1e-5 and abs(two["cost_sigmas"] - 4.8195) < 1e-4
+    # four a side: the two groups' squares over 6 degrees of freedom
+    four = cost_figures([-80.0, -84.0, -82.0, -78.0], [-83.0, -85.0, -84.0, -80.0])
+    squares = (1 + 9 + 1 + 9) + (0 + 4 + 1 + 9)     # about the means -81 and -83
+    assert abs(four["sigma"] - (squares / 6) ** 0.5) < 1e-12 and abs(four["cost"] - (-2.0)) < 1e-12
+
+
+def test_a_discrete_env_is_never_drawn_a_constant_only_continuous_actions_read():
+    from drawn_detunes import drawable
+
+    continuous = [name for name, _ in drawable("jax-e2e", "Pendulum-v1")]
+    discrete = [name for name, _ in drawable("jax-e2e", "Acrobot-v1")]
+    assert "INIT_LOG_STD" in continuous and "INIT_LOG_STD" not in discrete
+    assert discrete == [name for name in continuous if name != "INIT_LOG_STD"]
