@@ -382,11 +382,16 @@ def drawn_problems(args, base: Path, draws: list[dict], rows: list[NightRow], sh
             problem = drawn_problem(draw, args.drawn_budget)
             if known is None:
                 print(f"# draw {env_id} {index}: {draw['why']}: checking what it costs", flush=True)
-                draw.update(draw_cost(base / f"cost-{problem.name}", problem, timeout_s=1800))
-                draw["accepted"] = draw["cost_sigmas"] >= COST_SIGMAS
+                try:
+                    draw.update(draw_cost(base / f"cost-{problem.name}", problem, timeout_s=1800))
+                    draw["accepted"] = draw["cost_sigmas"] >= COST_SIGMAS
+                    print(f"  costs {draw['cost']:+.1f} ({draw['cost_sigmas']:.1f} sigma): "
+                          f"{'a problem' if draw['accepted'] else 'rejected, drawn again'}", flush=True)
+                except RuntimeError as error:
+                    # a start the daemon refuses (its baselines crash) is no night: recorded, redrawn
+                    draw.update(accepted=False, refused=str(error)[-400:])
+                    print(f"  the daemon refuses the start, rejected: {str(error)[-200:]}", flush=True)
                 draws.append(draw)
-                print(f"  costs {draw['cost']:+.1f} ({draw['cost_sigmas']:.1f} sigma): "
-                      f"{'a problem' if draw['accepted'] else 'rejected, drawn again'}", flush=True)
                 if args.json:
                     write_json(Path(args.json), rows, shipped_scores, draws)
             index += 1

@@ -68,3 +68,27 @@ def test_a_discrete_env_is_never_drawn_a_constant_only_continuous_actions_read()
     discrete = [name for name, _ in drawable("jax-e2e", "Acrobot-v1")]
     assert "INIT_LOG_STD" in continuous and "INIT_LOG_STD" not in discrete
     assert discrete == [name for name in continuous if name != "INIT_LOG_STD"]
+
+
+def test_a_draw_whose_start_the_daemon_refuses_is_recorded_and_drawn_again(tmp_path, monkeypatch):
+    """Pendulum's JAX_LEARNING_RATE 0.002 -> 0.048 once crashed its baseline (the export check):
+    the benchmark records that draw as refused and goes on to the next, not down with it."""
+    from types import SimpleNamespace
+
+    import nights
+
+    checked = []
+
+    def draw_cost(root, problem, timeout_s):
+        checked.append(problem.name)
+        if len(checked) == 1:
+            raise RuntimeError("the detuned start failed (exit 1): train.py failed its baseline run")
+        return {"detuned": [-900.0] * 2, "shipped": [-150.0] * 2, "sigma": 10.0, "cost": 750.0, "cost_sigmas": 75.0}
+
+    monkeypatch.setattr(nights, "draw_cost", draw_cost)
+    args = SimpleNamespace(drawn=1, envs="Pendulum-v1", draw_seed=0, drawn_budget=10.0, json=None)
+    draws: list[dict] = []
+    problems = list(nights.drawn_problems(args, tmp_path, draws, [], {}))
+    assert [d["index"] for d in draws] == [0, 1] and len(problems) == 1 and problems[0][1]["index"] == 1
+    assert draws[0]["accepted"] is False and "failed its baseline run" in draws[0]["refused"]
+    assert draws[1]["accepted"] is True
