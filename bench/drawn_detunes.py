@@ -41,13 +41,13 @@ def drawable(path: str = "jax-e2e", env_id: str | None = None) -> list[tuple[str
     from orchestrator.agents.ppo_priors import prior_of
 
     text = (REPO / TRAIN_PY).read_text()
-    discrete = env_id is not None and _discrete(env_id)
+    lines, discrete = text.splitlines(), env_id is not None and _discrete(env_id)
     out = []
     for c in read_block(text):
         prior = prior_of(c.name)
         if c.name in FIXED_NAMES or isinstance(c.value, str) or prior is None or not reads(c.path, path):
             continue
-        if discrete and _continuous_only(text, c.name):
+        if discrete and "(continuous actions)" in lines[c.line]:   # its comment says so
             continue
         if prior.low is None and prior.usual == (False, True):
             continue
@@ -63,12 +63,6 @@ def _discrete(env_id: str) -> bool:
         return isinstance(env.action_space, gym.spaces.Discrete)
     finally:
         env.close()
-
-
-def _continuous_only(text: str, name: str) -> bool:
-    """Whether train.py's block says `name` is read for continuous actions only."""
-    line = next((line for line in text.splitlines() if line.startswith(f"{name} =")), "")
-    return "(continuous actions)" in line
 
 
 def draw_detune(env_id: str, index: int, seed: int, path: str = "jax-e2e") -> dict:

@@ -134,16 +134,12 @@ class Noise:
         """(sample variance, df) of the runs of `code` when they spread significantly wider than
         every other code's (one-sided F test at BEST_SPREAD_LEVEL; none other: no evidence either
         way), else None: the pooled sigma describes them."""
-        def squares(group):
-            mean = sum(r.score for r in group) / len(group)
-            return sum((r.score - mean) ** 2 for r in group)
-
         own = [g for g in self.groups if g[0].code == code]
         others = [g for g in self.groups if g[0].code != code]
         if not own or not others:
             return None
         df_own, df_others = len(own[0]) - 1, sum(len(g) - 1 for g in others)
-        var_own, var_others = squares(own[0]) / df_own, sum(squares(g) for g in others) / df_others
+        var_own, var_others = _squares(own[0]) / df_own, sum(_squares(g) for g in others) / df_others
         if var_own <= max(var_others, self.floor ** 2, MIN_SIGMA ** 2) * _f_quantile(1 - BEST_SPREAD_LEVEL, df_own, df_others):
             return None
         return var_own, df_own
@@ -158,6 +154,12 @@ class Noise:
         return f"sigma {self.sigma:.3g} from {source}{floored}"
 
 
+def _squares(group: list[ScoredRun]) -> float:
+    """The sum of squared deviations of a group's scores from their mean."""
+    mean = sum(r.score for r in group) / len(group)
+    return sum((r.score - mean) ** 2 for r in group)
+
+
 def estimate(runs: list[ScoredRun], extra_se: Optional[list[float]] = None, best_code: Optional[str] = None) -> Noise:
     """Pool the within-code variance over every code with two runs or more (distinct seeds; the
     latest run of a seed counts). The floor is the RMS of the evaluation standard errors of these
@@ -166,11 +168,8 @@ def estimate(runs: list[ScoredRun], extra_se: Optional[list[float]] = None, best
     for run in runs:
         by_code.setdefault(run.code, {})[run.seed] = run  # a later run of a seed replaces the older one
     groups = [list(seeds.values()) for seeds in by_code.values() if len(seeds) >= 2]
-    squares, df = 0.0, 0
-    for group in groups:
-        mean = sum(r.score for r in group) / len(group)
-        squares += sum((r.score - mean) ** 2 for r in group)
-        df += len(group) - 1
+    squares = sum(_squares(group) for group in groups)
+    df = sum(len(group) - 1 for group in groups)
     pooled = math.sqrt(squares / df) if df else None
     ses = [r.se for g in groups for r in g] + list(extra_se or [])
     floor = math.sqrt(sum(s * s for s in ses) / len(ses)) if ses else 0.0
@@ -290,7 +289,7 @@ def look(scores: list[float], best: float, noise: Noise, best_runs: int = 0, alp
     # The best's side: sigma^2, or its own runs' spread when that is wider (a noisy start among
     # quiet candidates: their confirmations pull the pooled sigma down, not the start's noise).
     own_best = noise.wider_spread_of(noise.best_code) if best_runs else None
-    var_b, df_b = own_best if own_best and own_best[0] > sigma2 else (sigma2, noise.df)
+    var_b, df_b = own_best or (sigma2, noise.df)   # (significantly wider than the others: wider than sigma)
     parts = [(var_c / n, df_c)] + ([(var_b / best_runs, df_b)] if best_runs else [])
     spread = math.sqrt(sum(v for v, _ in parts))
     # one run: both sides are scaled from the one night's sigma, so they share its df (Welch's
