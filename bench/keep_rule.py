@@ -8,7 +8,8 @@ resume, TrainPhase.judge_round, decision.json, the rows' order; only the scores 
    R times the start's (R < 1: a noisy start, as a detune that makes training unstable gives, among
    quieter candidates); prints `R x: null nights keeping something X%` (the promise: X <= 5).
 2. Power: a +4 sigma gain as the first of 12 candidates at equal noise, how often the night keeps
-   it, and the runs per candidate.
+   it, and the runs per candidate; the same over a start 10x noisier than its candidates, and +3
+   sigma as the third candidate there (what re-measuring a noisy start is for).
 3. Whole nights (trials / 10 each): longer null nights, a gain at candidate j, gains after worse
    candidates; and how often a night finds a gain by --baselines (gains from a stream of their own).
 """
@@ -40,7 +41,7 @@ def nights(pool: ProcessPoolExecutor, workers: int, trials: int, seed: int, **kw
         return sum(getattr(p, name) * p.trials for p in parts) / total
 
     return SimulatedNights(mean("false_keep_nights"), mean("found"), mean("keeps"), mean("gain"), mean("runs"),
-                           mean("runs_per_candidate"), total)
+                           mean("runs_per_candidate"), total, mean("start_remeasures"))
 
 
 def quarter_gains(draw: random.Random) -> list[float]:
@@ -66,13 +67,21 @@ def main() -> int:
             s = nights(pool, args.workers, args.trials, seed=int(ratio * 10), gains=[0.0] * 12, candidate_sd=ratio,
                        **common)
             print(f"{ratio:g} x: null nights keeping something {100 * s.false_keep_nights:.1f}%  "
-                  f"(runs per candidate {s.runs_per_candidate:.2f})", flush=True)
+                  f"(runs per candidate {s.runs_per_candidate:.2f}, start re-measured {s.start_remeasures:.2f} "
+                  f"runs a night)", flush=True)
         power = nights(pool, args.workers, args.trials, seed=4, gains=[4.0] + [0.0] * 11, **common)
         print(f"power: a +4 sigma gain first of 12 candidates at equal noise is kept in {100 * power.found:.1f}% "
               f"of nights (runs per candidate {power.runs_per_candidate:.2f})", flush=True)
         quiet = nights(pool, args.workers, args.trials, seed=5, gains=[4.0] + [0.0] * 11, candidate_sd=0.1, **common)
         print(f"power: the same gain over a start 10x noisier than its candidates is kept in {100 * quiet.found:.1f}% "
-              f"of nights (runs per candidate {quiet.runs_per_candidate:.2f})", flush=True)
+              f"of nights (runs per candidate {quiet.runs_per_candidate:.2f}, start re-measured "
+              f"{quiet.start_remeasures:.2f} runs a night)", flush=True)
+        # the case a re-measured start serves: earlier candidates' confirmations show the start's spread
+        later = nights(pool, args.workers, args.trials, seed=6, gains=[0.0, 0.0, 3.0] + [0.0] * 9, candidate_sd=0.1,
+                       **common)
+        print(f"power: +3 sigma as candidate 3 over a start 10x noisier than its candidates is kept in "
+              f"{100 * later.found:.1f}% of nights (runs per candidate {later.runs_per_candidate:.2f}, start "
+              f"re-measured {later.start_remeasures:.2f} runs a night)", flush=True)
         if args.skip_nights:
             return 0
         few = max(args.trials // 10, 200)

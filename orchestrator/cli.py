@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--baselines", type=_at_least_two, metavar="N",
                      help=f"train the start commit N times before the first experiment (default {BASELINE_RUNS}): the best "
                           "to beat is their mean and they are the first measure of the seed noise; each one "
-                          "more costs a budget once and makes every keep decision sharper")
+                          "more costs a budget once and makes every keep decision sharper; a start whose runs "
+                          "spread significantly wider than its candidates' is trained again, up to 2N")
     run.add_argument("--max-experiments", type=_non_negative_int, metavar="N",
                      help="stop after N experiments (after the baseline, whole run)")
     run.add_argument("--until", metavar="HH:MM", help="stop before this local time")

@@ -39,6 +39,12 @@ the start's own spread, and judged at that sigma the start looked better measure
 nights (bench/keep_rule.py, `0.1 x`); now 0.8%. Not max(sigma^2, s_B^2): 4 runs' s_B exceeds
 sigma by chance half the time, and at its 3 df that cost equal-noise nights a fifth of the gains
 they found.
+A start judged at its own spread is also re-measured (start_needs_run; the loop trains it again
+before the next round, exp 0 run 5, 6, ... with seeds 5, 6, ..., up to twice its baselines):
+with 4 runs, its mean's error and t at 3 df put a fix out of reach at a candidate's level (the
+JAX_NUM_STEPS start: 4 baselines over 750 points against its fix's 5 runs at sd ~10 leave a rank
+test p = 1/126 at best); at 8 runs the t quantile at those levels is about half of 3 df's and the
+mean's error 0.71 of 4 runs'. (Whether to run it again reads spreads, not means.)
 
 The decision is sequential. A candidate is trained with seed 1, then, while the evidence is
 ambiguous, retrained with the confirmation seeds (2, 3, ...) up to MAX_RUNS runs:
@@ -85,6 +91,8 @@ MAX_RUNS = len(LOOK_SHARES)                    # a candidate's runs at most: 1 +
 PRIOR_SD_RATIO = 3.0   # before its own runs, a candidate's sd is taken as 3x the night's sigma
 MIN_SIGMA = 1e-9       # sigma when every run and every evaluation agree exactly
 BEST_SPREAD_LEVEL = 0.05   # the best is judged at its own spread when that is this significantly wider
+START_RUNS_FACTOR = 2      # a noisy start is re-measured up to this many times its baselines' runs
+MAX_LOST_START_RUNS = 3    # interrupted re-measures of the start (a killed daemon, lost runs) that end them
 
 
 def candidate_alpha(k: int) -> float:
@@ -200,8 +208,7 @@ def night_noise(rows: list[Row], folder: RunFolder, train_seeds: list[int], conf
         exp_folder = folder.exp(row.exp)
         if row.exp == 0:
             baselines += 1
-            add(best_code, train_seeds[min(baselines, len(train_seeds)) - 1], exp_folder.run(baselines),
-                f"exp 0 run {baselines}")
+            add(best_code, start_seed(baselines, train_seeds), exp_folder.run(baselines), f"exp 0 run {baselines}")
         elif row.status == "baseline":
             add(best_code, seed, exp_folder, f"exp {row.exp} re-baseline")
         else:
@@ -212,6 +219,38 @@ def night_noise(rows: list[Row], folder: RunFolder, train_seeds: list[int], conf
             if row.status == "keep":
                 best_code = f"exp {row.exp}"
     return estimate(runs, best_code=best_code)
+
+
+def start_seed(k: int, train_seeds: list[int]) -> int:
+    """The train seed of the start's run k (1, 2, ...): its baselines' seeds, then the next ones
+    (the runs a noisy start is re-measured with)."""
+    return train_seeds[k - 1] if k <= len(train_seeds) else train_seeds[-1] + k - len(train_seeds)
+
+
+def start_needs_run(rows: list[Row], folder: RunFolder, train_seeds: list[int], confirm_seed: int) -> Optional[int]:
+    """The seed to train the start with once more, or None. While the start is the best (nothing
+    kept, no re-baseline) and its runs spread significantly wider than the other codes' (the
+    verdicts then judge it at that spread, with its few runs' df), each more run of it narrows
+    what a candidate must clear, up to START_RUNS_FACTOR x its baselines. Whether to run it again
+    depends on its runs' spread, not their mean (independent for normal scores), so the best to
+    beat is not moved toward or away from any candidate. A re-measure that failed (crash, timeout,
+    invalid) ends it, and so does a third interrupted one: the start's seeds stay in step with its
+    scored runs, and a run the infrastructure keeps losing is not retried all night."""
+    starts = [r for r in rows if r.exp == 0 and r.phase == "train"]
+    if any(r.exp > 0 and r.phase == "train" and r.status in ("keep", "baseline") for r in rows):
+        return None
+    if any(r.status in ("crash", "timeout", "invalid") for r in starts):
+        return None
+    first_candidate = next((i for i, r in enumerate(rows) if r.exp > 0), len(rows))
+    if sum(r.exp == 0 and r.status == "interrupted" for r in rows[first_candidate:]) >= MAX_LOST_START_RUNS:
+        return None
+    scored = sum(r.status == "baseline" for r in starts)
+    if scored < len(train_seeds) or scored >= START_RUNS_FACTOR * len(train_seeds):
+        return None
+    noise = night_noise(rows, folder, train_seeds, confirm_seed)
+    if noise.best_code != "exp 0" or noise.wider_spread_of("exp 0") is None:
+        return None
+    return start_seed(scored + 1, train_seeds)
 
 
 def best_evidence(rows: list[Row], folder: RunFolder) -> tuple[int, int, int]:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
 from .config import BASELINE_RUNS
-from .keep_rule import write_decision
+from .keep_rule import start_needs_run, write_decision
 from .phases import TrainPhase, concluding_order, decision_record, incumbent_of, judge
 from .results import ExpFolder, Row, RunFolder
 from .runners.base import Measurement
@@ -42,6 +42,7 @@ class SimulatedNights:
     runs: float                # mean train runs per night (baselines and confirmations included)
     runs_per_candidate: float  # mean train runs per candidate (1 + its confirmations)
     trials: int
+    start_remeasures: float = 0.0   # mean runs per night of a noisy start beyond its baselines
 
 
 def scratch_root() -> Path:
@@ -58,7 +59,7 @@ def simulate_nights(gains: Gains, trials: int, seed: int = 0, sigma: float = 1.0
     gain_stream, noise_stream = random.Random(f"gains {seed}"), random.Random(f"noise {seed}")
     own_root = root is None
     root = scratch_root() if own_root else Path(root)
-    totals = dict(false=0, found=0, keeps=0, gain=0.0, runs=0, candidates=0, candidate_runs=0)
+    totals = dict(false=0, found=0, keeps=0, gain=0.0, runs=0, candidates=0, candidate_runs=0, remeasures=0)
     try:
         for trial in range(trials):
             night_gains = list(gains(gain_stream) if callable(gains) else gains)
@@ -71,14 +72,16 @@ def simulate_nights(gains: Gains, trials: int, seed: int = 0, sigma: float = 1.0
             totals["gain"] += night.best_true / sigma
             totals["runs"] += night.runs
             totals["candidates"] += len(night_gains)
-            totals["candidate_runs"] += night.runs - baselines
+            totals["candidate_runs"] += night.runs - night.start_runs
+            totals["remeasures"] += night.start_runs - baselines
             shutil.rmtree(folder.path, ignore_errors=True)
     finally:
         if own_root:
             shutil.rmtree(root, ignore_errors=True)
     return SimulatedNights(totals["false"] / trials, totals["found"] / trials, totals["keeps"] / trials,
                            totals["gain"] / trials, totals["runs"] / trials,
-                           totals["candidate_runs"] / max(totals["candidates"], 1), trials)
+                           totals["candidate_runs"] / max(totals["candidates"], 1), trials,
+                           totals["remeasures"] / trials)
 
 
 class _Night:
@@ -90,7 +93,7 @@ class _Night:
         self.best_score: Optional[float] = None
         self.best_true = 0.0
         self.false_keep = False
-        self.keeps = self.runs = 0
+        self.keeps = self.runs = self.start_runs = 0
         self.phase = TrainPhase()
 
     def _run(self, where: ExpFolder, true_mean: float, sd: float) -> Measurement:
@@ -103,16 +106,24 @@ class _Night:
         return Measurement(score=score, evaluation=evaluation)
 
     def run(self, gains: list[float], baselines: int, parallel: int) -> None:
-        scores = []
         self.train_seeds = list(range(1, baselines + 1))   # as a run's config has them: baseline k trains with seed k
-        for k in range(1, baselines + 1):
-            scores.append(self._run(self.folder.exp(0).run(k), 0.0, 1.0).score)
-            self.best_score = sum(scores) / len(scores)
-            self.rows.append(Row(0, "train", "baseline", score=scores[-1], best=self.best_score))
+        self.start_scores: list[float] = []
+        for _ in range(baselines):
+            self._start_run()
         exp = 1
         for start in range(0, len(gains), parallel):
+            while start_needs_run(self.rows, self.folder, self.train_seeds, confirm_seed=2) is not None:
+                self._start_run()   # as the loop does before a round: a noisy start re-measured
             self._round(list(range(exp + start, exp + start + min(parallel, len(gains) - start))),
                         gains[start:start + parallel])
+
+    def _start_run(self) -> None:
+        """One more run of the start (exp 0 run k), its row with the mean of the start's runs as the best."""
+        k = len(self.start_scores) + 1
+        self.start_scores.append(self._run(self.folder.exp(0).run(k), 0.0, 1.0).score)
+        self.start_runs += 1
+        self.best_score = sum(self.start_scores) / k
+        self.rows.append(Row(0, "train", "baseline", score=self.start_scores[-1], best=self.best_score))
 
     def _round(self, exps: list[int], gains: list[float]) -> None:
         true = {e: g * self.sigma for e, g in zip(exps, gains)}

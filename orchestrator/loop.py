@@ -27,7 +27,7 @@ from .disk import DiskSpace, is_disk_full
 from .guard import Guard
 from .report import refresh as refresh_report
 from .inflight import InFlight, recorded
-from .keep_rule import Noise, best_evidence, night_noise, write_decision
+from .keep_rule import Noise, best_evidence, night_noise, start_needs_run, write_decision
 from .phases import (INCUMBENT_FOLDER, PAIR_BENCH_FACTOR, PHASES, BenchPair, Confirm, Incumbent, Phase, RepairRound,
                      TrainPhase, TranslatePhase, TranslateTrial, Verdict, Verify, concluding_order, decision_record,
                      incumbent_of, judge, translate_languages)
@@ -199,6 +199,31 @@ class Run:
             self.append(Row.of(0, "train", "baseline", m, commit, self.best_score, m.wall_s, m.compute_usd,
                                f"baseline seed {seed}"))
             self.journal.end(0)
+
+    # ------------------------------------------------------------ a noisy start, re-measured
+    def start_needs_run(self) -> Optional[int]:
+        return start_needs_run(self.ledger.rows, self.folder, self.config.train_seeds, self.config.confirm_seed)
+
+    def remeasure_start(self, seed: int) -> None:
+        """Train the start once more with `seed`: its runs spread wider than the night's, so the
+        verdicts judge it at its own spread, and its mean over more runs is the best to beat.
+        Recorded like a baseline (exp 0); it is no experiment of the agent's, but a full budget."""
+        index = len(self.ledger.baselines()) + 1
+        folder = self.folder.exp(0).run(index)
+        shutil.rmtree(folder.path, ignore_errors=True)  # a run interrupted before it left its own
+        self.journal.begin(0, "train", "re-measure", len(self.ledger.rows), commit=self.best_commit)
+        m = self.runner.measure(Slot(0, folder, f"start run {index}"), self.best_commit, seed)
+        self._check_measurement(m)
+        commit = self.workspace.short(self.best_commit)
+        why = "the start re-measured: its runs spread wider than the night's"
+        if m.status is None:
+            scores = [r.score for r in self.ledger.baselines()] + [m.score]
+            self.best_score = sum(scores) / len(scores)
+        self.append(Row.of(0, "train", m.status or "baseline", m, commit, self.best_score, m.wall_s, m.compute_usd,
+                           f"baseline seed {seed}: {why}" + (f" [{m.note}]" if m.status else "")))
+        self.journal.end(0)
+        log.info("start run %d (seed %d): %s; best %.3f", index, seed,
+                 f"score {m.score:.3f}" if m.score is not None else m.status, self.best_score)
 
     # ------------------------------------------------------------ re-baseline after a kept translation
     def run_rebaseline(self, exp: int) -> None:
@@ -442,6 +467,10 @@ class Run:
             try:
                 if self.ledger.needs_rebaseline():
                     self.run_rebaseline(exp)
+                    continue
+                seed = self.start_needs_run()
+                if seed is not None:
+                    self.remeasure_start(seed)
                     continue
                 phase = self.phase_for(exp)
                 if phase is None:

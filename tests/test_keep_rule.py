@@ -9,8 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.keep_rule import (LOOK_SHARES, MAX_RUNS, NIGHT_ALPHA, PRIOR_SD_RATIO, best_evidence, ScoredRun,
-                                    candidate_alpha, estimate, look, t_quantile, welch_df)
+from orchestrator.keep_rule import (LOOK_SHARES, MAX_LOST_START_RUNS, MAX_RUNS, NIGHT_ALPHA, PRIOR_SD_RATIO,
+                                    START_RUNS_FACTOR, best_evidence, ScoredRun, candidate_alpha, estimate, look,
+                                    night_noise, start_needs_run, t_quantile, welch_df)
 from orchestrator.keep_rule_simulation import simulate_nights
 from orchestrator.ledger import Ledger
 from orchestrator.loop import Run
@@ -260,6 +261,47 @@ def test_the_stretch_a_candidate_is_charged_to_is_the_one_it_was_judged_in(tmp_p
     # Interrupted during its confirmation (a stop, or a Modal call lost): it counts too.
     folder.exp(3).decision.write_text(json.dumps({"alpha": 0.004, "stretch": 2, "looks": [{"action": "confirm"}]}))
     assert best_evidence(rows + [Row(3, "train", "interrupted")], folder) == (1, 2, 2)
+
+
+def test_a_noisy_start_is_re_measured_while_its_spread_is_what_the_verdicts_weigh(tmp_path):
+    """The start's runs spread far wider than a candidate's confirmations: it is trained again with
+    the seeds after its baselines' (5, 6, ...) up to twice its baselines, each run joining its
+    group; not before another code has a group to compare with, not once anything is kept or
+    re-baselined, not after a re-measure failed or was lost three times."""
+    folder = RunFolder(tmp_path)
+    seeds = [1, 2, 3, 4]
+    start = (-494.2, -1147.0, -959.7, -392.7, -700.0, -900.0, -450.0, -1000.0)
+    rows = [Row(0, "train", "baseline", score=v) for v in start[:4]]
+    for k, v in enumerate(start, 1):
+        _eval(folder.exp(0).run(k), v, 5.0)
+    assert start_needs_run(rows, folder, seeds, 2) is None               # no other code to compare with
+    rows.append(Row(1, "train", "discard", score=-170.0))
+    for k, d in enumerate((-9, 4, 12, -3, -4)):
+        _eval(folder.exp(1).confirmation(k) if k else folder.exp(1), -170.0 + d, 5.0)
+    assert start_needs_run(rows, folder, seeds, 2) == 5
+    while (seed := start_needs_run(rows, folder, seeds, 2)) is not None:
+        assert seed == len([r for r in rows if r.exp == 0]) + 1
+        rows.append(Row(0, "train", "baseline", score=start[seed - 1]))
+    assert len([r for r in rows if r.exp == 0]) == START_RUNS_FACTOR * len(seeds) == 8
+    noise = night_noise(rows, folder, seeds, 2)
+    assert [r.seed for r in noise.groups[0]] == list(range(1, 9)) and noise.groups[0][-1].score == -1000.0
+    assert best_evidence(rows, folder)[0] == 8                         # the best is the mean of all 8
+    # A start as quiet as its candidates is not re-measured.
+    calm = RunFolder(tmp_path / "calm")
+    for k, v in enumerate((100.0, 112.0, 95.0, 104.0), 1):
+        _eval(calm.exp(0).run(k), v, 1.0)
+    for k, v in enumerate((90.0, 101.0, 86.0)):
+        _eval(calm.exp(1).confirmation(k) if k else calm.exp(1), v, 1.0)
+    assert start_needs_run(rows[:5], calm, seeds, 2) is None
+    # What ends it: a keep, a re-baseline, a failed re-measure, three lost ones.
+    assert start_needs_run(rows[:5] + [Row(2, "train", "keep", score=-160.0)], folder, seeds, 2) is None
+    assert start_needs_run(rows[:5] + [Row(3, "train", "baseline", score=-800.0)], folder, seeds, 2) is None
+    assert start_needs_run(rows[:5] + [Row(0, "train", "crash")], folder, seeds, 2) is None
+    lost = [Row(0, "train", "interrupted")] * MAX_LOST_START_RUNS
+    assert start_needs_run(rows[:5] + lost[:-1], folder, seeds, 2) == 5    # retried, with the same seed
+    assert start_needs_run(rows[:5] + lost, folder, seeds, 2) is None
+    # interrupted baselines before the first candidate (a resumed start) are not re-measures
+    assert start_needs_run(lost + rows[:5], folder, seeds, 2) == 5
 
 
 def test_a_candidate_the_daemon_died_confirming_has_spent_its_level_after_resume(tmp_path):

@@ -163,6 +163,37 @@ def test_more_baselines_make_the_best_a_mean_of_more_runs(autorl_repo, tmp_path,
         start(Options(**{**options.__dict__, "resume": True, "baselines": 2}), lambda *a: None, environ={})
 
 
+@pytest.mark.long
+def test_a_noisy_start_is_trained_again_before_the_next_candidate(autorl_repo, tmp_path, restore_signals):
+    """A start whose seeds alternate between a balanced and a falling pole (returns ~500 and ~9)
+    among a candidate that balances on every seed: once the candidate's confirmations show how much
+    wider the start spreads, the start is trained again with seeds 5-8 (exp 0 rows), the best
+    becomes the mean of its 8 runs, and the next candidate is judged against all 8."""
+    alternating = {seed: (0.0 if seed % 2 == 0 else 5.0) for seed in range(1, 9)}
+    repo = autorl_repo(seed_dependent(alternating))
+    replay = write_replay(tmp_path / "replay", {
+        1: {"candidate/train.py": tiny_train_py(BIAS=0.0), "DESCRIPTION": "balanced"},
+        2: {"candidate/train.py": tiny_train_py(BIAS=5.0), "DESCRIPTION": "falls"}})
+    options = Options(env_id="CartPole-v1", tag="noisy", agent="replay", budget_s=2, grace_s=5, eval_episodes=10,
+                      eval_workers=1, limits=Limits(max_experiments=2), repo=repo,
+                      agent_args=Namespace(replay_dir=replay))
+    assert start(options, lambda args, run_dir: ReplayAgent(args.replay_dir), environ={}) == 0
+    rows = read_results(repo, "noisy")
+    assert rows["exp"].tolist() == [0, 0, 0, 0, 1, 0, 0, 0, 0, 2]
+    assert rows["status"].tolist()[:5] == ["baseline"] * 4 + ["discard"]      # runs that agree, against a start over 490
+    remeasured = rows[5:9]
+    assert remeasured["status"].tolist() == ["baseline"] * 4
+    assert [d.split(":")[0] for d in remeasured["description"]] == [f"baseline seed {s}" for s in (5, 6, 7, 8)]
+    start_scores = pd.concat([rows["score"][:4], remeasured["score"]]).tolist()
+    assert max(start_scores[1::2]) > 400 > 50 > max(start_scores[0::2])       # the seeds really alternate
+    assert rows["best"][8] == pytest.approx(sum(start_scores) / 8, abs=1e-3)
+    run_dir = repo / "results" / "noisy"
+    assert (run_dir / "exp-0000" / "run-8" / "eval.json").exists()
+    decision = json.loads((run_dir / "exp-0002" / "decision.json").read_text())
+    assert decision["best_runs"] == 8 and decision["best"] == pytest.approx(rows["best"][8], abs=1e-3)
+    assert [r["seed"] for r in decision["looks"][0]["noise"]["groups"][0]] == list(range(1, 9))
+
+
 def test_results_file_tolerates_a_torn_last_line(tmp_path):
     results = ResultsFile(tmp_path / "results.tsv")
     results.create()
