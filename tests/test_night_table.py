@@ -47,6 +47,8 @@ def test_the_target_counts_nights_that_recovered_80_percent_within_16_budgets():
     # late (21 budgets), short of 80%, or of unknown timing do not count towards the target
     assert optuna[f"nights_recovering_80pct_within_{TARGET_BUDGETS}"] == 1
     assert abs(optuna["gap_recovered_per_budget"] - (0.95 + 0.9 + 0.5 + 0.85) / (4 * 26.0)) < 1e-12
+    # at equal spending: what each night had recovered by its 16th budget (late or unknown: nothing yet)
+    assert abs(optuna[f"gap_recovered_by_{TARGET_BUDGETS}_budgets"] - (0.95 + 0.5) / 4) < 1e-12
 
 
 def test_a_draw_costs_its_mean_gap_in_sigma_pooled_over_both_groups():
