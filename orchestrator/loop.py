@@ -32,7 +32,7 @@ from .phases import (INCUMBENT_FOLDER, PAIR_BENCH_FACTOR, PHASES, BenchPair, Con
                      TrainPhase, TranslatePhase, TranslateTrial, Verdict, Verify, concluding_order, decision_record,
                      incumbent_of, judge, translate_languages)
 from .ledger import Ledger
-from .results import ResultsFile, Row, RunFolder, read_json
+from .results import ExpFolder, ResultsFile, Row, RunFolder, read_json
 from .runners import Runner, Slot, cancel_handle
 from .runners.base import Measurement, measure_all
 from .screening import Screening
@@ -177,10 +177,7 @@ class Run:
             if self.stop.requested() or not self.disk.wait():
                 return False
             seed = self.config.train_seeds[index]
-            folder = self.folder.exp(0).run(index + 1)
-            self.journal.begin(0, "train", "baseline", len(self.ledger.rows), commit=self.best_commit)
-            m = self.runner.measure(Slot(0, folder, f"baseline {index + 1}/{baselines}"), self.best_commit, seed)
-            self._check_measurement(m)
+            folder, m = self._train_start(index + 1, seed, "baseline", f"baseline {index + 1}/{baselines}")
             commit = self.workspace.short(self.best_commit)
             if m.status:
                 self.append(Row.of(0, "train", m.status, m, commit, self.best_score, m.wall_s, m.compute_usd,
@@ -194,11 +191,23 @@ class Run:
                 raise RunError(f"the unmodified {TRAIN_SCRIPT} failed its baseline run ({m.status}: "
                                f"{m.note}); see {folder.train_log}. Fix it, commit, and start a new run "
                                f"(--tag), or `--resume` to retry this one as it is")
-            scores = [r.score for r in done] + [m.score]
-            self.best_score = sum(scores) / len(scores)
+            self.best_score = self._start_mean_with(m.score)
             self.append(Row.of(0, "train", "baseline", m, commit, self.best_score, m.wall_s, m.compute_usd,
                                f"baseline seed {seed}"))
             self.journal.end(0)
+
+    def _train_start(self, index: int, seed: int, stage: str, label: str) -> tuple[ExpFolder, Measurement]:
+        """The start's run `index` (exp-0000/run-N) trained with `seed`, in flight as `stage`."""
+        folder = self.folder.exp(0).run(index)
+        self.journal.begin(0, "train", stage, len(self.ledger.rows), commit=self.best_commit)
+        m = self.runner.measure(Slot(0, folder, label), self.best_commit, seed)
+        self._check_measurement(m)
+        return folder, m
+
+    def _start_mean_with(self, score: float) -> float:
+        """The best when it is the start: the mean of its scored runs and `score`."""
+        scores = [r.score for r in self.ledger.baselines()] + [score]
+        return sum(scores) / len(scores)
 
     # ------------------------------------------------------------ a noisy start, re-measured
     def start_needs_run(self) -> Optional[int]:
@@ -209,16 +218,13 @@ class Run:
         verdicts judge it at its own spread, and its mean over more runs is the best to beat.
         Recorded like a baseline (exp 0); it is no experiment of the agent's, but a full budget."""
         index = len(self.ledger.baselines()) + 1
-        folder = self.folder.exp(0).run(index)
-        shutil.rmtree(folder.path, ignore_errors=True)  # a run interrupted before it left its own
-        self.journal.begin(0, "train", "re-measure", len(self.ledger.rows), commit=self.best_commit)
-        m = self.runner.measure(Slot(0, folder, f"start run {index}"), self.best_commit, seed)
-        self._check_measurement(m)
+        # a run interrupted before it left its own
+        shutil.rmtree(self.folder.exp(0).run(index).path, ignore_errors=True)
+        _, m = self._train_start(index, seed, "re-measure", f"start run {index}")
         commit = self.workspace.short(self.best_commit)
         why = "the start re-measured: its runs spread wider than the night's"
         if m.status is None:
-            scores = [r.score for r in self.ledger.baselines()] + [m.score]
-            self.best_score = sum(scores) / len(scores)
+            self.best_score = self._start_mean_with(m.score)
         self.append(Row.of(0, "train", m.status or "baseline", m, commit, self.best_score, m.wall_s, m.compute_usd,
                            f"baseline seed {seed}: {why}" + (f" [{m.note}]" if m.status else "")))
         self.journal.end(0)
