@@ -71,13 +71,17 @@ TARGET_BUDGETS = 16   # the drawn-detune target: >= 80% of the gap within this m
 
 
 def summarize(rows: list[NightRow]) -> list[dict]:
-    """One row per (problem, searcher, screen), and per (searcher, screen) over all drawn detunes."""
+    """One row per (problem, searcher, screen), and per (searcher, screen) over the drawn detunes of
+    each env (when they span more than one) and over all of them."""
     out = []
-    family = lambda r: "drawn (all draws)" if r.draw else r.problem
+    drawn = [r for r in rows if r.draw]
+    envs = list(dict.fromkeys(r.draw.get("env_id") for r in drawn))
+    families = lambda r: ([f"drawn {r.draw.get('env_id')}"] if len(envs) > 1 else []) + ["drawn (all draws)"]
     keys = list(dict.fromkeys((r.problem, r.searcher, r.screen) for r in rows))
-    keys += list(dict.fromkeys((family(r), r.searcher, r.screen) for r in rows if r.draw))
+    keys += list(dict.fromkeys((f, r.searcher, r.screen) for r in drawn for f in families(r)))
     for key in keys:
-        group = [r for r in rows if (r.problem, r.searcher, r.screen) == key or (family(r), r.searcher, r.screen) == key]
+        group = [r for r in rows if (r.problem, r.searcher, r.screen) == key
+                 or (r.draw and key[0] in families(r) and (r.searcher, r.screen) == key[1:])]
         mean, low, high = mean_ci([r.improvement for r in group])
         budgets = sum(r.full_budgets for r in group)
         recovered = [r.gap_recovered for r in group if r.gap_recovered is not None]

@@ -51,6 +51,19 @@ def test_the_target_counts_nights_that_recovered_80_percent_within_16_budgets():
     assert abs(optuna[f"gap_recovered_by_{TARGET_BUDGETS}_budgets"] - (0.95 + 0.5) / 4) < 1e-12
 
 
+def test_draws_of_two_envs_are_summed_per_env_and_over_both():
+    rows = [_row(1.0, 10.0), _row(0.5, 12.0),
+            NightRow("drawn-cartpole-3", "optuna", None, 1, [20.0], [500.0], 480.0, 0.01, True, 1, 0, 16, False,
+                     20.0, 300.0, 0.9, {"env_id": "CartPole-v1"}, code="abc1234", budgets_to_best=6.0)]
+    by_family = {s["problem"]: s for s in summarize(rows) if s["problem"].startswith("drawn ")}
+    assert by_family["drawn Pendulum-v1"]["nights"] == 2 and by_family["drawn CartPole-v1"]["nights"] == 1
+    assert by_family["drawn (all draws)"]["nights"] == 3
+    assert abs(by_family["drawn CartPole-v1"]["gap_recovered_per_budget"] - 0.9 / 20.0) < 1e-12
+    assert abs(by_family["drawn (all draws)"]["gap_recovered_per_budget"] - 2.4 / 72.0) < 1e-12
+    # one env: no per-env row beside the whole family's
+    assert [s["problem"] for s in summarize(rows[:2])] == ["drawn-pendulum-1", "drawn (all draws)"]
+
+
 def test_a_draw_costs_its_mean_gap_in_sigma_pooled_over_both_groups():
     from drawn_detunes import cost_figures
 
