@@ -62,10 +62,13 @@ def test_a_module_it_cannot_translate_is_named(train, sequential, where):
         train.jax_layers(sequential, "actor")
 
 
-@pytest.mark.parametrize("edit", ["tanh_mean", "scaled_value"])
-def test_an_agent_whose_methods_compute_something_else_is_refused(train, edit):
+@pytest.mark.parametrize("edit, env_id", [("tanh_mean", "Pendulum-v1"), ("scaled_value", "Pendulum-v1"),
+                                          ("tempered_logits", "CartPole-v1")])
+def test_an_agent_whose_methods_compute_something_else_is_refused(train, edit, env_id):
     class EditedAgent(train.Agent):
         def distribution(self, x):  # a squashed mean: the jax-e2e path would train the unsquashed one
+            if edit == "tempered_logits":
+                return torch.distributions.Categorical(logits=self.actor(x) / 1.5)
             if edit != "tanh_mean":
                 return super().distribution(x)
             out = torch.tanh(self.actor(x))
@@ -74,10 +77,20 @@ def test_an_agent_whose_methods_compute_something_else_is_refused(train, edit):
         def value(self, x):
             return 2 * super().value(x) if edit == "scaled_value" else super().value(x)
 
-    problem = train.Problem("Pendulum-v1")
+    problem = train.Problem(env_id)
     with pytest.raises(train.Untranslatable, match="is not computed as the jax-e2e path computes it"):
         train.check_agent_glue(EditedAgent(problem.obs_dim, problem.act_dim, problem.discrete), problem)
     train.check_agent_glue(train.Agent(problem.obs_dim, problem.act_dim, problem.discrete), problem)  # the shipped one
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1"])
+@pytest.mark.parametrize("hidden_size", [256, 2048])
+def test_a_wide_shipped_agent_passes_the_glue_check(train, monkeypatch, env_id, hidden_size):
+    """The check's inputs and unit weights make a wide layer's logits large, and log-softmax rounds
+    at their size: HIDDEN_SIZE 256 on CartPole (inside its usual range) was refused at a fixed 1e-6."""
+    monkeypatch.setattr(train, "HIDDEN_SIZE", hidden_size)
+    problem = train.Problem(env_id)
+    train.check_agent_glue(train.Agent(problem.obs_dim, problem.act_dim, problem.discrete), problem)
 
 
 def test_an_agent_with_relu_trains_on_the_jax_path_and_its_export_checks(tmp_path):
