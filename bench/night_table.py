@@ -78,7 +78,9 @@ def summarize(rows: list[NightRow]) -> list[dict]:
     envs = list(dict.fromkeys(r.draw.get("env_id") for r in drawn))
     families = lambda r: ([f"drawn {r.draw.get('env_id')}"] if len(envs) > 1 else []) + ["drawn (all draws)"]
     keys = list(dict.fromkeys((r.problem, r.searcher, r.screen) for r in rows))
-    keys += list(dict.fromkeys((f, r.searcher, r.screen) for r in drawn for f in families(r)))
+    searchers = list(dict.fromkeys((r.searcher, r.screen) for r in drawn))
+    keys += [(f, *searcher) for f in [f"drawn {env}" for env in envs if len(envs) > 1] + ["drawn (all draws)"]
+             for searcher in searchers if drawn]
     for key in keys:
         group = [r for r in rows if (r.problem, r.searcher, r.screen) == key
                  or (r.draw and key[0] in families(r) and (r.searcher, r.screen) == key[1:])]
