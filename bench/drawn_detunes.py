@@ -1,7 +1,7 @@
 """The night benchmark's drawn detunes (bench/nights.py --drawn N): problems the default agent
 cannot be fitted to.
 
-`--drawn N --envs Pendulum-v1,Acrobot-v1`: a family of problems the agent cannot be
+`--drawn N --envs Pendulum-v1,MountainCar-v0`: a family of problems the agent cannot be
 fitted to. For each env, N draws (`--draw-seed S`, documented in the JSON): a constant drawn
 uniformly from every constant of the block the night's path reads that has a prior
 (orchestrator/agents/ppo_priors.py), set 4x, 8x or 16x outside its usual range (on its own scale: a

@@ -28,7 +28,7 @@ one night of 4 experiments, 2 rescoring seeds: about 15 minutes on 2 cores. Each
 the gap to the shipped train.py (rescored alike): a problem whose gap is not clearly positive on
 this machine measures nothing. `--baselines N` passes `--baselines N` to every night.
 
-Drawn detunes (`--drawn N --envs Pendulum-v1,Acrobot-v1`): see bench/drawn_detunes.py.
+Drawn detunes (`--drawn N --envs Pendulum-v1,MountainCar-v0`): see bench/drawn_detunes.py.
 
 Screening: `--screen off,0.25` runs each night both without and with `--screen 0.25`, side by
 side, and the table has a row for each. Compare them at equal wall time (`--minutes M`: each night
@@ -296,7 +296,8 @@ def main() -> int:
     parser.add_argument("--json", metavar="FILE", help="write the night rows and the summary as JSON")
     parser.add_argument("--resume", metavar="FILE", help="add to the nights of this JSON (and write it)")
     parser.add_argument("--drawn", type=int, default=0, metavar="N", help="N drawn detunes per env (see above)")
-    parser.add_argument("--envs", default="Pendulum-v1,Acrobot-v1", help="the envs of --drawn")
+    parser.add_argument("--envs", default="Pendulum-v1,MountainCar-v0",
+                        help="the envs of --drawn (Acrobot and CartPole at 10 s shrug every draw off)")
     parser.add_argument("--draw-seed", type=int, default=0)
     parser.add_argument("--drawn-budget", type=float, default=10.0, metavar="S", help="budget of the drawn problems")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clones")
