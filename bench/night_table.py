@@ -75,15 +75,14 @@ def summarize(rows: list[NightRow]) -> list[dict]:
     each env (when they span more than one) and over all of them."""
     out = []
     drawn = [r for r in rows if r.draw]
-    envs = list(dict.fromkeys(r.draw.get("env_id") for r in drawn))
-    families = lambda r: ([f"drawn {r.draw.get('env_id')}"] if len(envs) > 1 else []) + ["drawn (all draws)"]
+    env_family = lambda r: f"drawn {r.draw.get('env_id')}"
+    families = list(dict.fromkeys(map(env_family, drawn)))
+    families = (families if len(families) > 1 else []) + (["drawn (all draws)"] if drawn else [])
     keys = list(dict.fromkeys((r.problem, r.searcher, r.screen) for r in rows))
-    searchers = list(dict.fromkeys((r.searcher, r.screen) for r in drawn))
-    keys += [(f, *searcher) for f in [f"drawn {env}" for env in envs if len(envs) > 1] + ["drawn (all draws)"]
-             for searcher in searchers if drawn]
+    keys += [(f, *searcher) for f in families for searcher in dict.fromkeys((r.searcher, r.screen) for r in drawn)]
     for key in keys:
         group = [r for r in rows if (r.problem, r.searcher, r.screen) == key
-                 or (r.draw and key[0] in families(r) and (r.searcher, r.screen) == key[1:])]
+                 or (r.draw and key[0] in (env_family(r), "drawn (all draws)") and (r.searcher, r.screen) == key[1:])]
         mean, low, high = mean_ci([r.improvement for r in group])
         budgets = sum(r.full_budgets for r in group)
         recovered = [r.gap_recovered for r in group if r.gap_recovered is not None]

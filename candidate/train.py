@@ -1101,24 +1101,24 @@ def check_agent_glue(agent, problem):
         x = x.to(next(agent.parameters()).device)
         try:
             dist, out = agent.distribution(x), agent.actor(x)
-            pairs = [("agent.value", agent.value(x), agent.critic(x)[..., 0])]
-            if type(dist) is kind and problem.discrete:   # (its rounding grows with the logits' size)
-                pairs.append(("agent.distribution", dist.logits, torch.log_softmax(out, -1), out.abs().max()))
+            # (what, got, expected, the size float32 rounds at: log-softmax's grows with the logits')
+            pairs = [("agent.value", agent.value(x), agent.critic(x)[..., 0], 1.0)]
+            if type(dist) is kind and problem.discrete:
+                pairs.append(("agent.distribution", dist.logits, torch.log_softmax(out, -1), float(out.abs().max())))
             elif type(dist) is kind:
-                pairs += [("agent.distribution's mean", dist.mean, out),
-                          ("agent.distribution's std", dist.stddev, agent.actor_logstd.exp().expand_as(out))]
+                pairs += [("agent.distribution's mean", dist.mean, out, 1.0),
+                          ("agent.distribution's std", dist.stddev, agent.actor_logstd.exp().expand_as(out), 1.0)]
         except Exception as exc:  # an Agent shaped differently (no actor_logstd, ...)
             raise Untranslatable(f"the jax-e2e path cannot evaluate this Agent as the shipped one: "
                                  f"{type(exc).__name__}: {exc} (BACKEND = \"reference\" trains any Agent)") from None
     if type(dist) is not kind:
         raise Untranslatable(f"agent.distribution returns a {type(dist).__name__}; the jax-e2e path trains a "
                              f"{kind.__name__} policy (BACKEND = \"reference\" trains any Agent)")
-    for what, got, expected, *scale in pairs:
+    for what, got, expected, size in pairs:
         # float32 rounding is relative to the size of what was summed: a wide layer of unit weights
         # gives logits in the tens, and log-softmax's shift by their logsumexp rounds at that size
         # (HIDDEN_SIZE 256 on CartPole was refused at a fixed 1e-6)
-        atol = 1e-6 * max(1.0, float(scale[0]) if scale else 0.0)
-        if got.shape != expected.shape or not torch.allclose(got, expected, rtol=1e-5, atol=atol):
+        if got.shape != expected.shape or not torch.allclose(got, expected, rtol=1e-5, atol=1e-6 * max(1.0, size)):
             raise Untranslatable(f"{what} is not computed as the jax-e2e path computes it (value = critic(x)[..., 0], "
                                  f"policy from actor(x) and actor_logstd) (BACKEND = \"reference\" trains any Agent)")
 
