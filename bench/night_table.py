@@ -68,6 +68,18 @@ def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float
 
 
 TARGET_BUDGETS = 16   # the drawn-detune target: >= 80% of the gap within this many full budgets
+CURVE_BUDGETS = (8, 12, 16, 24, 32)   # the searchers side by side at equal spending: the gap by each
+
+
+def gap_by_budgets(group: list[NightRow], budgets: float) -> float | None:
+    """The gap the nights had recovered by their `budgets`-th full budget, mean over the nights with a
+    gap: a night's final best counts from the budget it was kept at (an earlier, smaller keep is not
+    recorded, so this errs low), and a night that ended sooner keeps what it had."""
+    recovered = [r for r in group if r.gap_recovered is not None]
+    if not recovered:
+        return None
+    return float(np.mean([r.gap_recovered if r.budgets_to_best is not None and r.budgets_to_best <= budgets
+                          else 0.0 for r in recovered]))
 
 
 def summarize(rows: list[NightRow]) -> list[dict]:
@@ -94,12 +106,9 @@ def summarize(rows: list[NightRow]) -> list[dict]:
                     f"nights_recovering_80pct_within_{TARGET_BUDGETS}": sum(
                         r.gap_recovered >= 0.8 and r.budgets_to_best is not None and r.budgets_to_best <= TARGET_BUDGETS
                         for r in group if r.gap_recovered is not None) if recovered else None,
-                    # the searchers side by side at equal spending: the gap a night had recovered by its
-                    # TARGET_BUDGETS-th full budget (a final best kept later counts nothing: an earlier,
-                    # smaller keep is not recorded, so this errs low), mean over the nights with a gap
-                    f"gap_recovered_by_{TARGET_BUDGETS}_budgets": float(np.mean([
-                        r.gap_recovered if r.budgets_to_best is not None and r.budgets_to_best <= TARGET_BUDGETS
-                        else 0.0 for r in group if r.gap_recovered is not None])) if recovered else None,
+                    # the searchers side by side at equal spending (see gap_by_budgets)
+                    f"gap_recovered_by_{TARGET_BUDGETS}_budgets": gap_by_budgets(group, TARGET_BUDGETS),
+                    "gap_recovered_by_budgets": {str(b): gap_by_budgets(group, b) for b in CURVE_BUDGETS},
                     # scale-free, so a family of envs adds up: the gap recovered per full budget spent
                     "gap_recovered_per_budget": sum(recovered) / budgets if recovered and budgets else None,
                     "full_budgets": budgets, "improvement_per_budget": sum(r.improvement for r in group) / budgets,
@@ -129,3 +138,16 @@ def print_table(summary: list[dict]) -> None:
               f"{s['false_keeps']} | {gap} | {within} | {by_target} | "
               f"{s['full_budgets']:.1f} | {s['improvement_per_budget']:+.2f} | {per_budget} | "
               f"{s['candidates_per_hour']:.0f} | {s['improvement_per_hour']:+.1f} | {s['wall_min']:.1f} |")
+
+
+def print_budget_curve(summary: list[dict]) -> None:
+    """The drawn families' gap recovered by each of CURVE_BUDGETS full budgets, searchers side by side."""
+    rows = [s for s in summary if s["problem"].startswith("drawn ") and s.get("gap_recovered_by_budgets")]
+    if not rows:
+        return
+    print("\n| draws | searcher | nights | " + " | ".join(f"gap by {b} budgets" for b in CURVE_BUDGETS) + " |")
+    print("|---|---|---|" + "---|" * len(CURVE_BUDGETS))
+    for s in rows:
+        curve = s["gap_recovered_by_budgets"]
+        cells = [f"{100 * curve[str(b)]:.0f}%" if curve.get(str(b)) is not None else "-" for b in CURVE_BUDGETS]
+        print(f"| {s['problem'][len('drawn '):]} | {s['searcher']} | {s['nights']} | " + " | ".join(cells) + " |")

@@ -56,7 +56,7 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 from drawn_detunes import CHECK_RUNS, COST_SIGMAS, cost_figures, draw_detune  # noqa: E402
-from night_table import NightRow, load_nights, print_table, summarize, write_json  # noqa: E402
+from night_table import NightRow, load_nights, print_budget_curve, print_table, summarize, write_json  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -366,6 +366,7 @@ def main() -> int:
             shutil.rmtree(base, ignore_errors=True)
     summary = summarize(rows)
     print_table(summary)
+    print_budget_curve(summary)
     if args.json:
         write_json(Path(args.json), rows, shipped_scores, draws)
     return 0

@@ -49,6 +49,10 @@ def test_the_target_counts_nights_that_recovered_80_percent_within_16_budgets():
     assert abs(optuna["gap_recovered_per_budget"] - (0.95 + 0.9 + 0.5 + 0.85) / (4 * 26.0)) < 1e-12
     # at equal spending: what each night had recovered by its 16th budget (late or unknown: nothing yet)
     assert abs(optuna[f"gap_recovered_by_{TARGET_BUDGETS}_budgets"] - (0.95 + 0.5) / 4) < 1e-12
+    # the same at every mark of the curve: by 8 budgets nothing yet, by 24 the late night's too
+    curve = optuna["gap_recovered_by_budgets"]
+    assert curve["8"] == 0.125 and abs(curve["12"] - (0.95 + 0.5) / 4) < 1e-12
+    assert abs(curve["24"] - (0.95 + 0.9 + 0.5) / 4) < 1e-12
 
 
 def test_draws_of_two_envs_are_summed_per_env_and_over_both():

@@ -337,6 +337,29 @@ def test_a_detune_its_range_edge_does_not_mend_is_tried_at_its_usual_default_nex
     assert trial_of(night.agent.study, 2).user_attrs["prior"] is True
 
 
+def test_a_kept_power_of_two_goes_on_the_same_way_and_a_prior_move_stops_at_the_default(tmp_path):
+    """Momentum on a power of two: a kept doubling is doubled again. A drawn MountainCar detune,
+    HIDDEN_SIZE 64 -> 2048: the prior's first trial moves it to the edge of its usual range (256); kept,
+    the next trial goes on down, to the usual default (64), not past it to 32 (three octaves again)."""
+    night = Night(tmp_path / "octaves", only={"NUM_MINIBATCHES"})
+    ctx, _, first = night.propose()                  # the only constant is coarse: radius 2, an octave
+    moved = values(first)["NUM_MINIBATCHES"]
+    assert moved in (16, 64)
+    night.tell(ctx, first, "keep", 1.0)
+    ctx, _, second = night.propose()
+    assert values(second)["NUM_MINIBATCHES"] == {64: 128, 16: 8}[moved]
+    assert trial_of(night.agent.study, ctx.exp).user_attrs["momentum"] is True
+
+    wide = REAL_TRAIN_PY.replace("HIDDEN_SIZE = 64 ", "HIDDEN_SIZE = 2048 ")
+    night = Night(tmp_path / "wide", text=wide, only={"HIDDEN_SIZE", "GAMMA"})
+    ctx, _, first = night.propose()
+    assert changed(values(wide), values(first)) == {"HIDDEN_SIZE": (2048, 256)}
+    night.tell(ctx, first, "keep", 1.0)
+    ctx, _, second = night.propose()
+    assert changed(values(first), values(second)) == {"HIDDEN_SIZE": (256, 64)}
+    assert trial_of(night.agent.study, ctx.exp).user_attrs["momentum"] is True
+
+
 def screen_trials(night, text, outcome):
     """Proposes until the screening pass is over; tells each trial `outcome(name, configuration)` as
     (status, score). Returns {screened constant: (its value in the trial, the start's value)}."""

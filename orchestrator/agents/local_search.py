@@ -323,25 +323,46 @@ def neighbour(value, dist: BaseDistribution, steps: int, rng: random.Random, sig
 
 def _repeat_of_last_keep(trials, centre: dict, space: dict[str, BaseDistribution]) -> Optional[dict]:
     """`centre` moved again the way the last kept trial moved its centre (a rate x2 again, a discount's
-    distance to 1 halved again), when `centre` is that trial's configuration; else None."""
+    distance to 1 halved again, a power of two two octaves on), when `centre` is that trial's
+    configuration; else None. A move that began outside the constant's usual range stops at its usual
+    default: the prior points there, not past it (HIDDEN_SIZE 2048 -> 256 kept goes on to 64, not 32)."""
     kept = [t for t in trials if t.user_attrs.get("status") == "keep" and t.user_attrs.get("centre")]
     if not kept or key_of(kept[-1].params) != key_of(centre):
         return None
     before = {name: value for name, value in json.loads(kept[-1].user_attrs["centre"])}
     params, moved = dict(centre), False
     for name, dist in space.items():
-        if isinstance(dist, CategoricalDistribution) or name not in before:
+        if name not in before or isinstance(centre[name], bool) or not isinstance(centre[name], (int, float)):
             continue
         if before[name] == format_value(centre[name]):  # as written (an int 10 is "10", not "10.0")
             continue
         old, new = float(ast.literal_eval(before[name])), float(centre[name])
         if old <= 0 < new or new <= 0 < old:
             continue
-        sign, steps = (1 if new > old else -1), steps_between(old, new, dist)
-        # the same number of steps (at least one: a move cut short by a range's edge is not repeated shorter)
-        params[name] = neighbour(centre[name], dist, max(1, round(steps)), random.Random(0), sign)
+        sign = 1 if new > old else -1
+        if isinstance(dist, CategoricalDistribution):
+            again = _choice_beyond(new, new * (new / old), sign, dist)
+        else:
+            # the same number of steps (at least one: a move cut short by a range's edge is not repeated shorter)
+            again = neighbour(centre[name], dist, max(1, round(steps_between(old, new, dist))), random.Random(0), sign)
+        if again is None:
+            continue
+        prior = prior_of(name)
+        default = None if prior is None or prior.low is None or not prior.atypical(old) else _default_in(prior, centre[name], dist)
+        if default is not None and sign * (default - new) > 0 and sign * (again - default) > 0:
+            again = default
+        params[name] = type(centre[name])(again)
         moved = moved or format_value(params[name]) != format_value(centre[name])
     return params if moved else None
+
+
+def _choice_beyond(value: float, target: float, sign: int, dist: CategoricalDistribution):
+    """The numeric choice past `value` on the `sign` side nearest `target` (on a log scale), or None."""
+    beyond = [c for c in dist.choices if isinstance(c, (int, float)) and not isinstance(c, bool)
+              and sign * (c - value) > 0 and c > 0]
+    if not beyond or target <= 0:
+        return None
+    return min(beyond, key=lambda c: abs(math.log2(c / target)))
 
 
 def widened(space: dict[str, BaseDistribution], best: dict) -> dict[str, BaseDistribution]:

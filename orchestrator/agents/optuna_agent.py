@@ -9,7 +9,8 @@ never a configuration tried before. A constant outside the range it usually sits
 every constant of the block, from the literature: GAMMA 0.8, a learning rate of 1e-5, observation
 normalisation off, 2 steps per rollout) is the likeliest mistake, so the first
 trials move such constants to the nearest edge of their range, then to their usual default, and a trial that
-follows a keep repeats the move that won. Then the first trials around a best move one constant by one
+follows a keep repeats the move that won (a power of two as well; a move that began outside the usual range
+stops at the usual default). Then the first trials around a best move one constant by one
 step; the coarse moves (a flag flipped, a power of two doubled or halved, another choice) wait for
 the second radius. The longer the best stays put, the wider the trials go: every WIDEN_EVERY
 trials around the same best allow one more constant and one more step. A keep moves the best, and
