@@ -63,7 +63,8 @@ def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"commit": commit, "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                 "machine": machine, "nights": [asdict(r) for r in rows],
-                                "summary": summarize(rows), "shipped_rescored": shipped_scores,
+                                "summary": summarize(rows), "paired": paired_curves(summarize(rows)),
+                                "shipped_rescored": shipped_scores,
                                 "draws": list(draws)}, indent=1, default=str))
 
 
@@ -151,3 +152,40 @@ def print_budget_curve(summary: list[dict]) -> None:
         curve = s["gap_recovered_by_budgets"]
         cells = [f"{100 * curve[str(b)]:.0f}%" if curve.get(str(b)) is not None else "-" for b in CURVE_BUDGETS]
         print(f"| {s['problem'][len('drawn '):]} | {s['searcher']} | {s['nights']} | " + " | ".join(cells) + " |")
+
+
+def paired_curves(summary: list[dict], first: str = "optuna", second: str = "random") -> dict | None:
+    """`first` against `second` on the same draws, at equal spending: per draw, the mean of the gap
+    recovered by each of CURVE_BUDGETS full budgets (the area under the curve, scale-free), first's
+    minus second's; the mean difference over the draws both searched, its 95% CI (paired t), and the
+    draws each one led. None when no draw has both."""
+    def area(s):
+        curve = s.get("gap_recovered_by_budgets") or {}
+        values = [curve.get(str(b)) for b in CURVE_BUDGETS]
+        return None if any(v is None for v in values) else float(np.mean(values))
+    draws = {}
+    for s in summary:
+        if s["problem"].startswith("drawn-") and s["searcher"] in (first, second) and not s["screen"]:
+            draws.setdefault(s["problem"], {})[s["searcher"]] = area(s)
+    differences = [d[first] - d[second] for d in draws.values()
+                   if d.get(first) is not None and d.get(second) is not None]
+    if not differences:
+        return None
+    mean, low, high = mean_ci(differences)
+    return {"searchers": [first, second], "draws": len(differences), "mean_difference": mean, "ci95": [low, high],
+            "led": [sum(d > 0 for d in differences), sum(d < 0 for d in differences)],
+            "p_first_ahead": float(stats.ttest_1samp(differences, 0.0, alternative="greater").pvalue)
+            if len(differences) > 1 and np.std(differences) > 0 else None}
+
+
+def print_paired_curves(summary: list[dict]) -> None:
+    paired = paired_curves(summary)
+    if paired is None:
+        return
+    first, second = paired["searchers"]
+    low, high = paired["ci95"]
+    p = paired["p_first_ahead"]
+    print(f"\n{first} against {second} on the same {paired['draws']} draws, the gap by "
+          f"{', '.join(map(str, CURVE_BUDGETS))} budgets averaged: {100 * paired['mean_difference']:+.1f} points "
+          f"(95% CI {100 * low:+.1f} to {100 * high:+.1f}; one-sided paired t p {p if p is None else round(p, 3)}); "
+          f"{first} ahead on {paired['led'][0]} draws, {second} on {paired['led'][1]}")

@@ -56,7 +56,8 @@ from scipy import stats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench/ is not a package
 from drawn_detunes import CHECK_RUNS, COST_SIGMAS, cost_figures, draw_detune  # noqa: E402
-from night_table import NightRow, load_nights, print_budget_curve, print_table, summarize, write_json  # noqa: E402
+from night_table import (NightRow, load_nights, print_budget_curve, print_paired_curves,  # noqa: E402
+                         print_table, summarize, write_json)
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -367,6 +368,7 @@ def main() -> int:
     summary = summarize(rows)
     print_table(summary)
     print_budget_curve(summary)
+    print_paired_curves(summary)
     if args.json:
         write_json(Path(args.json), rows, shipped_scores, draws)
     return 0

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from night_table import TARGET_BUDGETS, NightRow, summarize  # noqa: E402
+from night_table import TARGET_BUDGETS, NightRow, paired_curves, summarize  # noqa: E402
 from nights import budgets_to_best, full_budget_equivalents  # noqa: E402
 
 
@@ -111,3 +111,20 @@ def test_a_draw_whose_start_the_daemon_refuses_is_recorded_and_drawn_again(tmp_p
     assert [d["index"] for d in draws] == [0, 1] and len(problems) == 1 and problems[0][1]["index"] == 1
     assert draws[0]["accepted"] is False and "failed its baseline run" in draws[0]["refused"]
     assert draws[1]["accepted"] is True
+
+
+def test_the_searchers_are_compared_draw_by_draw_at_equal_spending():
+    """Per draw, the gap by each mark of the budget curve averaged (the area under it); the agent
+    minus random search, paired over the draws both searched, with the draws each one led."""
+    def night(problem: str, searcher: str, recovered: float, budgets: float) -> NightRow:
+        return NightRow(problem, searcher, None, 1, [-900.0], [-200.0], 700.0, 0.01, True, 1, 0, 16, False,
+                        26.0, 400.0, recovered, {"env_id": "Pendulum-v1"}, code="abc1234", budgets_to_best=budgets)
+    rows = [night("drawn-pendulum-1", "optuna", 1.0, 7.0), night("drawn-pendulum-1", "random", 1.0, 20.0),
+            night("drawn-pendulum-2", "optuna", 0.0, 4.0), night("drawn-pendulum-2", "random", 0.5, 10.0),
+            night("drawn-pendulum-3", "optuna", 1.0, 30.0)]            # random never searched it: unpaired
+    paired = paired_curves(summarize(rows))
+    assert paired["draws"] == 2 and paired["led"] == [1, 1]
+    # draw 1: optuna 1.0 at every mark (8..32), random from 24 on: 3/5 ahead; draw 2: random 0.5 from 12 on
+    assert abs(paired["mean_difference"] - (3 / 5 - 0.5 * 4 / 5) / 2) < 1e-12
+    assert paired["ci95"][0] < paired["mean_difference"] < paired["ci95"][1]
+    assert paired_curves(summarize(rows[:1])) is None
