@@ -96,6 +96,8 @@ def summarize(rows: list[NightRow]) -> list[dict]:
     for key in keys:
         group = [r for r in rows if (r.problem, r.searcher, r.screen) == key
                  or (r.draw and key[0] in (env_family(r), "drawn (all draws)") and (r.searcher, r.screen) == key[1:])]
+        if not group:   # a searcher that has no night on this env's draws (yet)
+            continue
         mean, low, high = mean_ci([r.improvement for r in group])
         budgets = sum(r.full_budgets for r in group)
         recovered = [r.gap_recovered for r in group if r.gap_recovered is not None]

@@ -64,6 +64,12 @@ def test_draws_of_two_envs_are_summed_per_env_and_over_both():
     assert by_family["drawn (all draws)"]["nights"] == 3
     assert abs(by_family["drawn CartPole-v1"]["gap_recovered_per_budget"] - 0.9 / 20.0) < 1e-12
     assert abs(by_family["drawn (all draws)"]["gap_recovered_per_budget"] - 2.4 / 72.0) < 1e-12
+    # a searcher with nights on one env's draws only has no row for the other env
+    rows.append(_row(0.7, 9.0, "random"))
+    assert [(s["problem"], s["searcher"]) for s in summarize(rows) if s["problem"].startswith("drawn ")] == [
+        ("drawn Pendulum-v1", "optuna"), ("drawn Pendulum-v1", "random"), ("drawn CartPole-v1", "optuna"),
+        ("drawn (all draws)", "optuna"), ("drawn (all draws)", "random")]
+    rows.pop()
     # one env: no per-env row beside the whole family's
     assert [s["problem"] for s in summarize(rows[:2])] == ["drawn-pendulum-1", "drawn (all draws)"]
 
