@@ -61,9 +61,10 @@ def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float
     machine = {"cpus": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)),   # e.g. under taskset
                "cpu": platform.processor() or platform.machine(), "node": platform.node()}
     path.parent.mkdir(parents=True, exist_ok=True)
+    summary = summarize(rows)
     path.write_text(json.dumps({"commit": commit, "written": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                 "machine": machine, "nights": [asdict(r) for r in rows],
-                                "summary": summarize(rows), "paired": paired_curves(summarize(rows)),
+                                "summary": summary, "paired": paired_curves(summary),
                                 "shipped_rescored": shipped_scores,
                                 "draws": list(draws)}, indent=1, default=str))
 

@@ -348,7 +348,8 @@ def _repeat_of_last_keep(trials, centre: dict, space: dict[str, BaseDistribution
         if again is None:
             continue
         prior = prior_of(name)
-        default = None if prior is None or prior.low is None or not prior.atypical(old) else _default_in(prior, centre[name], dist)
+        began_outside = prior is not None and prior.low is not None and prior.atypical(old)
+        default = _default_in(prior, centre[name], dist) if began_outside else None
         if default is not None and sign * (default - new) > 0 and sign * (again - default) > 0:
             again = default
         params[name] = type(centre[name])(again)
