@@ -1,17 +1,18 @@
 """BipedalWalker-v3 training side by side: candidate/train.py's PPO for the same budget on the two host
-backends (envpool, the Rust port envs_fast/bipedalwalker_v3.rs) with each learner (torch: the host
-path; JAX: the jax-host path), as the daemon runs it. --env trains another env (its Rust translation
+backends (envpool, the Rust port envs_fast/bipedalwalker_v3.rs), as the daemon runs it (the jax-host
+path; `jax-e2e:SPEC` trains a JAX translation end to end, `jax-host:SPEC` steps it from the host). --env trains another env (its Rust translation
 envs_fast/<slug>.rs for `rust`; `mujoco_batch` for a MuJoCo env, `reference` for gymnasium's vector env,
 any backend spec train.py takes). Figures per run: env steps trained in the budget (the clock starts
 with the process: imports, env start-up and JAX's compile count), the training loop's sps, compile
 seconds, updates, and (with --episodes) the artifact's score from evaluate.py.
 
     .venv/bin/python bench/bipedal_training.py [--budgets 90] [--repeats 1] [--episodes 10] [--seed 1]
-                                              [--configs host:envpool,host:rust,jax-host:rust,jax-host:envpool]
+                                              [--configs jax-host:rust,jax-host:envpool]
                                               [--env BipedalWalker-v3] [--set NUM_ENVS=128 ...]
 
 Each config is a checkout of a commit's evaluate.py and envs_fast/ (below) with this checkout's
-train.py, BACKEND and LEARNER set in it (nothing else), run with an empty JAX compilation cache of its
+train.py (BACKEND and END_TO_END set in it, nothing else), train_plumbing.py and policy_export.py, run
+with an empty JAX compilation cache of its
 own (every run compiles cold, as in a night); the configs are interleaved per repeat, so that all see
 the same machine load.
 
@@ -24,7 +25,7 @@ and what HEAD changed since); none: the benchmark verifies HEAD's backends itsel
 Committed envs_fast, never the working tree's (someone's uncommitted edits would miss).
 
     .venv/bin/python bench/bipedal_training.py --env HalfCheetah-v5 --budgets 120 --repeats 2 --verify \
-        --configs jax-host:reference,jax-host:mujoco_batch,host:reference,host:mujoco_batch
+        --configs jax-host:reference,jax-host:mujoco_batch
 
 (issue 39's target: HalfCheetah's env steps in a 120 s budget on mujoco_batch against gymnasium's vector env.)
 
@@ -49,8 +50,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-CONFIGS = ("host:envpool", "host:rust", "jax-host:rust", "jax-host:envpool")
-LEARNERS = {"host": "torch", "jax-host": "jax"}
+CONFIGS = ("jax-host:rust", "jax-host:envpool")
+END_TO_END = {"jax-host": False, "jax-e2e": True}  # a config's path: how train.py feeds its learner
+TRAIN_COMPANIONS = ("train_plumbing.py", "policy_export.py")  # what this checkout's train.py imports
 UNVERIFIED = ("envpool", "reference", "gymnasium")  # train.py trains on these without a verdict
 
 
@@ -150,15 +152,15 @@ def base_checkout(root: Path, commit: str = "HEAD") -> Path:
     return root
 
 
-def checkout(root: Path, base: Path, backend: str, learner: str, constants: dict[str, str] | None = None) -> Path:
-    """The base checkout with this checkout's candidate/train.py, BACKEND and LEARNER set in it, and
-    each of `constants` (NAME: a Python literal) in place of its value in the hyperparameter block."""
+def checkout(root: Path, base: Path, backend: str, constants: dict[str, str] | None = None,
+             end_to_end: bool = True) -> Path:
+    """The base checkout with this checkout's candidate/train.py (BACKEND and END_TO_END set in it, and
+    each of `constants`, NAME: a Python literal, in place of its value) and the modules it imports."""
     text = (REPO / "candidate" / "train.py").read_text()
-    for name, value in (("BACKEND", backend), ("LEARNER", learner)):
-        old = f'{name} = "auto"'
+    for old, new in (('BACKEND = "auto"', f'BACKEND = "{backend}"'), ("END_TO_END = True", f"END_TO_END = {end_to_end}")):
         if old not in text:
             raise SystemExit(f"candidate/train.py has no line {old!r}")
-        text = text.replace(old, f'{name} = "{value}"', 1)
+        text = text.replace(old, new, 1)
     for name, value in (constants or {}).items():
         text, count = re.subn(rf"^{re.escape(name)} = [^#\n]*?(\s*#|$)", lambda m: f"{name} = {value}{m.group(1)}",
                               text, count=1, flags=re.M)
@@ -169,6 +171,8 @@ def checkout(root: Path, base: Path, backend: str, learner: str, constants: dict
     shutil.copytree(base, root, ignore=shutil.ignore_patterns("__pycache__", "target"))
     (root / "candidate").mkdir()
     (root / "candidate" / "train.py").write_text(text)
+    for name in TRAIN_COMPANIONS:
+        shutil.copy(REPO / name, root / name)
     return root
 
 
@@ -252,8 +256,10 @@ def main(argv=None) -> int:
     roots = {}
     for config in configs:
         path, backend = config.split(":")
-        roots[config] = checkout(work / "checkouts" / config.replace(":", "-"), base, backend, LEARNERS[path],
-                                 constants)
+        if path not in END_TO_END:
+            raise SystemExit(f"--configs {config}: the path is one of {', '.join(END_TO_END)}")
+        roots[config] = checkout(work / "checkouts" / config.replace(":", "-"), base, backend, constants,
+                                 END_TO_END[path])
     rows = []
     for budget in [float(b) for b in args.budgets.split(",")]:
         runs = {config: [] for config in configs}

@@ -16,6 +16,9 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
+import train_plumbing  # noqa: E402  (the checkpoint format train.py writes)
+
 
 def run_line(folder: Path) -> str:
     identity, run = {}, None
@@ -33,15 +36,13 @@ def run_line(folder: Path) -> str:
         return (f"{name}: FINISHED {run['env_steps']:,} env steps in {run['seconds']:.0f} s on path {run['path']!r}; "
                 f"score {score.get('mean', float('nan')):.1f} (sd {score.get('std', float('nan')):.1f}) on the reference env")
     line = f"{name}: training"
-    checkpoint = folder / "checkpoint" / "host.pt"
-    if checkpoint.exists():
-        import torch  # only for a checkpoint: the rest of the report reads JSON
-
-        env_steps, updates, returns = torch.load(checkpoint, weights_only=False)["counters"]
-        saved = datetime.fromtimestamp(checkpoint.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-        recent = sum(returns[-20:]) / len(returns[-20:]) if returns else float("nan")
+    checkpoint = train_plumbing.Checkpoint(folder / "checkpoint")  # what train.py's jax-host path saves
+    restored = checkpoint.restore()
+    if restored:
+        env_steps, updates, episode_log = restored[1]
+        saved = datetime.fromtimestamp(checkpoint.path.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
         line += (f"; checkpoint of {saved}: {env_steps:,} env steps, {updates} updates, "
-                 f"return of its last 20 episodes {recent:.1f}")
+                 f"return of its last 20 episodes {train_plumbing.recent_mean(episode_log):.1f}")
     else:
         line += "; no checkpoint yet"
     return line

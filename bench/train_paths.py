@@ -1,31 +1,32 @@
-"""candidate/train.py's two paths side by side: host (torch loop over envpool, today's default) and
-jax-e2e (a verified JAX translation trained end to end under jit), per env and budget.
+"""candidate/train.py's two paths side by side: jax-host (envpool stepped from the host, what trains
+without a verified translation) and jax-e2e (a verified JAX translation trained end to end under jit),
+per env and budget.
 
     python bench/train_paths.py [--envs CartPole-v1,Acrobot-v1,Pendulum-v1] [--budgets 10,30] [--seed 1]
                                 [--episodes 100] [--eval-seed 12345] [--bipedal [SECONDS]] [--json FILE]
 
 For each env: its shipped translation envs_fast/<slug>.py is verified (L1-L3) into a private verdict
 cache, as run setup does. candidate/train.py then runs unmodified, as the daemon runs it: with an
-empty verdict cache `backend="auto"` resolves to envpool (the host path), with the verified one to
+empty verdict cache `backend="auto"` resolves to envpool (the jax-host path), with the verified one to
 the translation (the jax-e2e path). Each artifact is scored by evaluate.py (the harness) over
 --episodes episodes. Figures per row: env steps trained (compile time counts against the budget on
 the jax-e2e path), eval mean ± standard error, the steps ratio, compile seconds, and the env's share
 of the jax-e2e path's training time.
 
-The env share is profiled, not guessed: in a fresh process, train.py's own `make_jax_training` is
+The env share is profiled, not guessed: in a fresh process, train.py's own `train_end_to_end` is
 built for the env, its compiled update run past warm-up, and the time of one update (rollout + GAE +
 PPO epochs) compared with the time of the same env steps alone (each the fastest of 30 interleaved
 repeats, so that other load on the machine does not skew the ratio): a jitted lax.scan of
 JAX_NUM_STEPS calls of the same `env_step` over JAX_NUM_ENVS envs (autoreset and time limit included),
 random actions instead of the policy, from the training's own env states.
 
---bipedal adds BipedalWalker-v3 (no JAX translation ships: a host backend, trained by the path train.py's
-LEARNER picks, host or jax-host; bench/bipedal_training.py compares those), 720 s by default.
+--bipedal adds BipedalWalker-v3 (no JAX translation ships: a host backend, trained on the jax-host path;
+bench/bipedal_training.py compares its backends), 720 s by default.
 
     python bench/train_paths.py --against COMMIT [--envs Pendulum-v1] [--budgets 10] [--repeats 3]
 
---against compares the host path instead: candidate/train.py as it is against COMMIT's, both in a
-checkout with this evaluate.py and envs_fast/ (so only train.py differs), on the host path (an empty
+--against compares the jax-host path instead: candidate/train.py as it is against COMMIT's, both in a
+checkout with this evaluate.py and envs_fast/ (so only train.py differs), on the jax-host path (an empty
 verdict cache), runs interleaved so that both see the same machine load. Figures: each run's sps
 (env steps per second of its training loop: train.py's own `sps:`) and env steps, the median sps of
 each side over its runs that trained (the budget counts startup: on a loaded machine a run may not
@@ -119,22 +120,23 @@ def profile_in_this_process(env_id: str, warmup: int = 30, repeats: int = 30) ->
     spec_ = importlib.util.spec_from_file_location("candidate_train", TRAIN)
     train = importlib.util.module_from_spec(spec_)
     spec_.loader.exec_module(train)  # AUTORL_ENV_ID is set: train.ENV_ID is env_id
-    spec, _ = train.choose_backend()
-    if not train.is_jax_functional(spec):
+    spec, _ = train.plumbing.choose_backend(train.BACKEND, env_id, train.NUM_ENVS)
+    if not train.plumbing.is_jax_functional(spec):
         raise SystemExit(f"{env_id}: backend {spec} is not a JAX backend (is its translation verified?)")
     problem = train.Problem(env_id)
-    agent = train.Agent(problem.obs_dim, problem.act_dim, problem.discrete)
-    training = train.make_jax_training(spec, problem, agent)
-    N, T = training.num_envs, training.num_steps
-    lr, ent = np.float32(train.JAX_LEARNING_RATE), np.float32(train.ENT_COEF)
-    update = jax.jit(training.update).lower(training.state, lr, ent).compile()
+    training = train.train_end_to_end(spec, problem, train.init_params(problem, np.random.default_rng(1)))
+    N, T = train.JAX_NUM_ENVS, train.JAX_NUM_STEPS
     sample = random_actions(problem.act_space)
+
+    def update(state, *_):
+        return training.iterate(state, 0.0)
+    lr = ent = None
 
     @jax.jit
     def env_alone(env_state, elapsed, needs_reset, keys, round_):
         def body(carry, step):
             env_state, elapsed, needs_reset = carry
-            _, env_state, reward, _, _, elapsed, needs_reset = training.env_step(
+            _, env_state, reward, _, elapsed, needs_reset = training.env_step(
                 keys[step], env_state, elapsed, needs_reset, sample(round_, step, N))
             return (env_state, elapsed, needs_reset), reward.sum()
 
@@ -198,7 +200,7 @@ def checkout_with_train_py_of(commit: str, root: Path) -> Path:
 
 
 def host_against(commit: str, envs: list[str], budgets: list[float], repeats: int, seed: int, work: Path) -> list[dict]:
-    """This train.py's host path against COMMIT's, interleaved (see the module docstring)."""
+    """This train.py's jax-host path against COMMIT's host-stepped path, interleaved (see the module docstring)."""
     sides = {"this": REPO, commit: checkout_with_train_py_of(commit, work / "against")}
     rows = []
     for env_id in envs:
@@ -208,8 +210,8 @@ def host_against(commit: str, envs: list[str], budgets: list[float], repeats: in
                 for side, root in sides.items():
                     out = work / f"{env_id}-{budget:g}s-{side}-{repeat}"
                     stats = train_once(env_id, budget, work / "cache-empty", out, seed, root=root)
-                    if stats.get("path", "host") != "host":
-                        raise SystemExit(f"{side}: {env_id} did not take the host path ({stats.get('path')})")
+                    if stats.get("path", "host") not in ("host", "jax-host"):  # an older train.py: "host"
+                        raise SystemExit(f"{side}: {env_id} was not stepped from the host ({stats.get('path')})")
                     runs[side].append({"sps": float(stats["sps"]), "env_steps": int(stats["env_steps"]),
                                        "updates": int(stats["updates"])})
                     print(f"{env_id} {budget:g} s, {side} run {repeat + 1}: {stats['sps']} sps, "
@@ -271,7 +273,7 @@ def main(argv=None) -> int:
             tag = f"{env_id}-{budget:g}s"
             host = train_and_score(env_id, budget, unverified, work / f"{tag}-host", args)
             e2e = train_and_score(env_id, budget, verified, work / f"{tag}-e2e", args)
-            assert host["path"] == "host" and e2e["path"] == "jax-e2e", (host["path"], e2e["path"])
+            assert host["path"] == "jax-host" and e2e["path"] == "jax-e2e", (host["path"], e2e["path"])
             rows.append({"env_id": env_id, "budget": budget, "host": host, "e2e": e2e, "profile": prof})
             print(f"{tag}: host {host['env_steps']:,} steps, eval {host['eval_mean']:.1f}; jax-e2e "
                   f"{e2e['env_steps']:,} steps (compile {e2e['compile_seconds']:.1f} s), eval {e2e['eval_mean']:.1f}",

@@ -18,15 +18,12 @@ Figures (steps per second; measured in interleaved rounds so that all see the sa
                      (two tanh layers of HIDDEN_SIZE, random weights) sampling the actions from the
                      observations, then the backend's step with auto-reset and time limit. The PPO
                      update is left out: it costs the same whatever the backend. None otherwise.
-  host_sps           backends train.py steps from a Python loop (envpool, reference, a Rust
-                     translation, or any backend with a train.py without the end-to-end path), as the
-                     path train.py takes for it does (train_path below): the host path, the adapter at
-                     its NUM_ENVS with each step's actions sampled from a torch MLP policy (two tanh
-                     layers of HIDDEN_SIZE, random weights) on the observations; the jax-host path
-                     (LEARNER "jax", or "auto" from a budget of JAX_HOST_MIN_BUDGET, the budget being
-                     AUTORL_TIME_BUDGET, default 720 s), the adapter at NUM_ENVS x JAX_HOST_ENVS_FACTOR
-                     from JAX_HOST_BIG_BATCH_BUDGET with a compiled JAX MLP policy. Like e2e_sps, the
-                     PPO update is left out. None otherwise.
+  host_sps           backends train.py steps from a Python loop (envpool, reference, mujoco_batch, a
+                     Rust translation, or a JAX one with END_TO_END = False), as its jax-host path does
+                     (train_path below): the adapter at NUM_ENVS (x JAX_HOST_ENVS_FACTOR from a budget
+                     of JAX_HOST_BIG_BATCH_BUDGET, the budget being AUTORL_TIME_BUDGET, default 720 s),
+                     each step's actions from a compiled JAX MLP policy. Like e2e_sps, the PPO update is
+                     left out. None otherwise.
   train_sps          the figure that says how fast training will go on this backend: e2e_sps where
                      train.py trains the backend end to end, host_sps where it steps it from a Python
                      loop. Both include the policy, so a host backend is not ranked above an
@@ -55,7 +52,7 @@ import gymnasium as gym
 
 from envs_fast import cache
 from envs_fast.protocol import BackendError, check_env_id, is_rust_spec, resolve_spec
-from envs_fast.throughput import (e2e_runner, host_runner, jax_host_runner, jax_runner, measure, reference_runner,
+from envs_fast.throughput import (e2e_runner, jax_host_runner, jax_runner, measure, reference_runner,
                                   rust_runner, vector_runner)
 
 DEFAULT_NUM_ENVS = 65536  # JAX backends: large batches amortise the per-step dispatch
@@ -85,33 +82,29 @@ def train_constant(name: str, root: Path = REPO_ROOT) -> int | None:
 
 
 def train_setting(name: str, root: Path = REPO_ROOT) -> str | None:
-    """A constant `NAME = "text"` or `NAME = 1.5` of candidate/train.py, as its text."""
+    """A constant `NAME = "text"`, `NAME = 1.5` or `NAME = True` of candidate/train.py, as its text."""
     text = _train_py(root)
-    match = re.search(rf"^{name}\s*=\s*(?:[\"']([^\"']*)[\"']|([0-9.eE+-]+))", text, re.MULTILINE)
+    match = re.search(rf"^{name}\s*=\s*(?:[\"']([^\"']*)[\"']|([0-9.eE+-]+|True|False)\b)", text, re.MULTILINE)
     return (match.group(1) if match.group(1) is not None else match.group(2)) if match else None
 
 
 # train.py's budget when AUTORL_TIME_BUDGET is unset (evaluate.py's TIME_BUDGET): a bench that the
-# daemon runs is given the run's budget, which decides train.py's path for LEARNER = "auto".
+# daemon runs is given the run's budget, which decides how many envs train.py's jax-host path steps.
 DEFAULT_TRAIN_BUDGET = 720.0
 
 
 def train_path(spec: str, root: Path = REPO_ROOT) -> tuple[str, int]:
-    """(path, envs): which of train.py's loops trains `spec` (its choose_path, read from its constants)
-    and over how many envs a host-stepped path steps: "jax-e2e" for a functional JAX backend with
-    the end-to-end constants (unless LEARNER = "torch"); else "jax-host" when LEARNER is "jax", or
-    "auto" for any backend but gymnasium's vector env from a budget of JAX_HOST_MIN_BUDGET (NUM_ENVS
-    x JAX_HOST_ENVS_FACTOR from JAX_HOST_BIG_BATCH_BUDGET); else "host" (NUM_ENVS)."""
-    learner = train_setting("LEARNER", root) or "torch"  # a train.py without the constant: the torch loop
+    """(path, envs): how train.py feeds its learner `spec` (its main's rule, read from its constants)
+    and over how many envs the jax-host path steps: "jax-e2e" for a functional JAX backend when
+    train.py has the end-to-end constants and END_TO_END is not False; else "jax-host" over NUM_ENVS
+    envs (x JAX_HOST_ENVS_FACTOR from a budget of JAX_HOST_BIG_BATCH_BUDGET)."""
     envs = train_num_envs(root)
-    if spec not in HOST_VECTOR_SPECS and not is_rust_spec(spec):
-        return ("jax-e2e" if e2e_shape(root) and learner != "torch" else "host"), envs
+    functional = spec not in HOST_VECTOR_SPECS and not is_rust_spec(spec)
+    if functional and e2e_shape(root) and train_setting("END_TO_END", root) != "False":
+        return "jax-e2e", envs
     budget = float(os.environ.get("AUTORL_TIME_BUDGET") or DEFAULT_TRAIN_BUDGET)
-    if learner == "jax" or (learner == "auto" and spec != "reference"
-                            and budget >= float(train_setting("JAX_HOST_MIN_BUDGET", root) or 30)):
-        big = budget >= float(train_setting("JAX_HOST_BIG_BATCH_BUDGET", root) or "inf")
-        return "jax-host", envs * (int(train_setting("JAX_HOST_ENVS_FACTOR", root) or 1) if big else 1)
-    return "host", envs
+    big = budget >= float(train_setting("JAX_HOST_BIG_BATCH_BUDGET", root) or "inf")
+    return "jax-host", envs * (int(train_setting("JAX_HOST_ENVS_FACTOR", root) or 1) if big else 1)
 
 
 def train_num_envs(root: Path = REPO_ROOT) -> int:
@@ -187,21 +180,16 @@ def bench_side_by_side(env_id: str, specs: list[str], seconds: float = 3.0, seed
 
 
 def _train_runner(spec: str, env_id: str, adapter_num_envs: int, seed: int, root):
-    """((path, envs a host-stepped path steps), its rollout) for train.py's path for `spec` (train_path's):
-    "jax-e2e", its end-to-end rollout; "jax-host", a compiled JAX policy over the adapter; "host", its
-    torch loop over the adapter."""
+    """((path, envs the jax-host path steps), its rollout) for train.py's path for `spec` (train_path's):
+    "jax-e2e", its end-to-end rollout; "jax-host", a compiled JAX policy over the adapter."""
     from envs_fast import make_vec_env
 
     root_path = Path(root) if root is not None else REPO_ROOT
     path, envs = train_path(spec, root_path)
-    hidden = train_constant("HIDDEN_SIZE", root_path) or 64
     if path == "jax-e2e":
         return (path, None), e2e_runner(spec, env_id, *e2e_shape(root_path), seed=seed)
-    if path == "jax-host":
-        return (path, envs), jax_host_runner(make_vec_env(spec, env_id, envs, seed, root, verified_only=False), hidden,
-                                             seed)
-    return (path, envs), host_runner(make_vec_env(spec, env_id, adapter_num_envs, seed, root, verified_only=False),
-                                     hidden, seed, threads=train_constant("TORCH_THREADS", root_path) or 1)
+    hidden = train_constant("HIDDEN_SIZE", root_path) or 64
+    return (path, envs), jax_host_runner(make_vec_env(spec, env_id, envs, seed, root, verified_only=False), hidden, seed)
 
 
 def _result(env_id: str, spec: str, path: tuple[str, int | None], train_sps: float, single: float, seconds: float, adapter_num_envs: int,
@@ -242,8 +230,7 @@ def format_result(result: dict) -> str:
         ("e2e_sps", f"  end to end        {{:>14,.0f}} steps/s  ({result['e2e_num_envs']} envs, "
                     f"train.py's jax-e2e rollout with a policy)"),
         ("host_sps", f"  host loop         {{:>14,.0f}} steps/s  ({result.get('host_num_envs')} envs, train.py's "
-                     + ("jax-host rollout with a compiled JAX policy)" if result.get("train_path") == "jax-host"
-                        else "host rollout with a torch policy)")),
+                     "jax-host rollout with a compiled JAX policy)"),
         ("train_sps", f"  training will see {{:>14,.0f}} steps/s  (train_sps: {result['train_path']} path)"),
         ("ratio", "  ratio             {:>14,.1f}x backend / reference (1 env)"),
     ]

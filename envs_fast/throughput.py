@@ -231,34 +231,6 @@ def _policy_loop(venv: gym.vector.VectorEnv, act, obs, chunk: int) -> Runner:
     return Runner(run_once, venv.close)
 
 
-def host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: int = 16, threads: int = 1) -> Runner:
-    """train.py's host loop without its update: each step a torch MLP policy (two tanh layers of
-    `hidden`, random weights, on train.py's TORCH_THREADS threads) samples the actions from the
-    observations, then the VectorEnv steps."""
-    import torch
-
-    torch.set_num_threads(threads)  # (torch's default, every core, is ~30x slower for such small layers)
-
-    act_space = venv.single_action_space
-    categories, obs_dim, discrete, out_dim = _policy_shape(venv)
-    torch.manual_seed(seed)
-    policy = torch.nn.Sequential(torch.nn.Linear(obs_dim, hidden), torch.nn.Tanh(), torch.nn.Linear(hidden, hidden),
-                                 torch.nn.Tanh(), torch.nn.Linear(hidden, out_dim))
-    obs, _ = venv.reset(seed=seed)
-
-    def act(obs):
-        x = np.eye(categories, dtype=np.float32)[np.asarray(obs, np.int64)] if categories else \
-            np.asarray(obs, np.float32).reshape(venv.num_envs, -1)
-        with torch.no_grad():
-            out = policy(torch.from_numpy(x))
-            if discrete:
-                return (torch.distributions.Categorical(logits=out).sample().numpy() + act_space.start)
-            sample = torch.distributions.Normal(out, 1.0).sample().numpy().reshape((venv.num_envs,) + act_space.shape)
-        return np.clip(sample, act_space.low, act_space.high).astype(act_space.dtype)
-
-    return _policy_loop(venv, act, obs, chunk)
-
-
 def jax_host_runner(venv: gym.vector.VectorEnv, hidden: int, seed: int = 0, chunk: int = 16) -> Runner:
     """train.py's jax-host rollout without its update: each step one call of a compiled JAX MLP
     policy (two tanh layers of `hidden`, random weights) on the observations, with noise drawn on

@@ -327,7 +327,7 @@ def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped]
                for b in backends + rivals]
     if winner is not None:
         figures = winner.figures
-        spec, path = winner.spec, figures.get("train_path") or ("host" if is_rust_spec(winner.spec) else "?")
+        spec, path = winner.spec, figures.get("train_path") or ("jax-host" if is_rust_spec(winner.spec) else "?")
         why = winner.how
         if figures.get("train_sps"):
             why += (f", {_sps(figures['train_sps'])} train sps vs {_sps(figures.get('reference_sps'))} "

@@ -243,7 +243,7 @@ def _measure(runner, journal: InFlight, folder: RunFolder, cell: Cell, index: in
 
 
 def _trained_on(train_log: Path) -> str:
-    """`, trained on mujoco_batch (host path)` from train.py's summary lines ("" when it says nothing)."""
+    """`, trained on mujoco_batch (jax-host path)` from train.py's summary lines ("" when it says nothing)."""
     try:
         summary = parse_summary(train_log.read_text(errors="replace"))
     except OSError:

@@ -34,7 +34,7 @@ def test_default_offline_run_with_the_real_train_py_and_study_resume(autorl_repo
     repo = autorl_repo()  # the real candidate/train.py
     # 16 s: the budget counts train.py's whole process (start-up included): 3 s left nothing to train, and
     # 8 s and 12 s nothing either while other tests load the machine (torch's and envpool's imports took
-    # the whole 12 s once); --no-setup-verify: the host path, no compile
+    # the whole 12 s once); --no-setup-verify: envpool from the host (the jax-host path)
     args = ("run", "--env", "CartPole-v1", "--budget", "16", "--optuna-params", ",".join(TUNED), "--no-setup-verify",
             *FAST, "--grace", "20")
     first = run_daemon(repo, *args, "--max-experiments", "1", timeout=240)

@@ -74,17 +74,19 @@ def test_a_modal_night_trains_on_the_verified_jax_path_and_uses_a_translation_it
     run2 = bare / "results" / "bare"
     host_steps = []
     for folder in ("exp-0000", "exp-0000/run-2"):
-        assert summary_value((run2 / folder / "train.log").read_text(), "path") == "host"
+        assert summary_value((run2 / folder / "train.log").read_text(), "path") == "jax-host"
         host_steps.append(env_steps(run2, folder))
     for exp in (2, 3):  # the re-baseline, then the next train experiment: the kept translation, end to end
         log = (run2 / f"exp-{exp:04d}" / "train.log").read_text()
         assert summary_value(log, "path") == "jax-e2e", log[-2000:]
         assert summary_value(log, "backend").endswith("envs_fast/cartpole_v1.py")
     assert len(fake2.check.calls) >= 3   # verify, bench, the incumbent's bench: in containers
-    # the GPU's fast path, measured in one test: >= 8x the host path's env steps in the same budget
+    # the fast path, measured in one test: >= 3x the jax-host path's env steps in the same budget. (The
+    # one JAX learner steps envpool's CartPole from Python at ~40k steps/s on 2 cores; end to end it
+    # trained 6.0x that in this test's first run, 1.03M steps against 171k: 3x leaves room for load.)
     assert max(host_steps) > 0, host_steps   # (a budget all spent on imports would compare nothing)
-    assert min(fast_steps) >= 8 * max(host_steps), (fast_steps, host_steps)
-    assert env_steps(run2, "exp-0002") >= 8 * max(host_steps), (env_steps(run2, "exp-0002"), host_steps)
+    assert min(fast_steps) >= 3 * max(host_steps), (fast_steps, host_steps)
+    assert env_steps(run2, "exp-0002") >= 3 * max(host_steps), (env_steps(run2, "exp-0002"), host_steps)
 
 
 @pytest.mark.long

@@ -63,7 +63,7 @@ def test_ppo_trained_on_a_faithful_port_scores_as_ppo_trained_on_the_reference(t
     assert backend["started_at"] < reference["ended_at"] and reference["started_at"] < backend["ended_at"]
     assert all((kept / f"{side}-seed1" / "jax-cache").is_dir() for side in ("backend", "reference"))
     transfer = checks["PPO trained on the backend transfers (score within the margin)"]
-    assert "60,000 env steps per run" in transfer.detail and "LEARNER 'jax'" in transfer.detail
+    assert "60,000 env steps per run" in transfer.detail and "train.py's jax-host path" in transfer.detail
     assert level.largest_deviation["margin"] == 50.0 and abs(level.largest_deviation["mean score difference"]) <= 50
     for side in ("backend", "reference"):  # both sides trained with the declared constants
         assert "\nJAX_HOST_ENVS_FACTOR = 1\n" in (kept / f"{side}-seed1" / "candidate" / "train.py").read_text()
@@ -109,7 +109,7 @@ FOLDER_PROBE = '''import os, sys
 from pathlib import Path
 folder = Path(os.environ["AUTORL_OUTPUT_DIR"])
 checkpoint = Path(os.environ["AUTORL_CHECKPOINT_DIR"])
-print("checkpoint kept:", (checkpoint / "host.pt").exists(), "inside the run's folder:", checkpoint.parent == folder)
+print("checkpoint kept:", (checkpoint / "training.pkl").exists(), "inside the run's folder:", checkpoint.parent == folder)
 print("---")
 print("backend: reference")
 print("env_steps: 10")
@@ -128,7 +128,7 @@ def test_a_stopped_training_run_keeps_its_checkpoint_unless_it_is_outdated(tmp_p
     assert "checkpoint kept: False inside the run's folder: True" in (folder / "train.log").read_text()
 
     (folder / "checkpoint").mkdir()
-    (folder / "checkpoint" / "host.pt").write_bytes(b"saved training")  # what train.py left when stopped
+    (folder / "checkpoint" / "training.pkl").write_bytes(b"saved training")  # what train.py left when stopped
     ppo_transfer.train(tmp_path, folder, FOLDER_PROBE, "CartPole-v1", 10, 1, identity)
     assert "checkpoint kept: True" in (folder / "train.log").read_text().splitlines()[-4]
 
@@ -147,20 +147,19 @@ def test_the_progress_of_a_long_l4_reads_from_its_run_folders(tmp_path):
 
     import numpy as np
 
-    from tests.train_helpers import REPO, load_train
+    from tests.train_helpers import REPO
 
     finished, stopped = tmp_path / "reference-seed1", tmp_path / "backend-seed1"
     finished.mkdir()
     (finished / "run.json").write_text(json.dumps({
         "identity": {"backend": "reference:1.2.2", "env_steps": 3_000_000},
-        "run": {"env_steps": 2_995_216, "seconds": 1220.0, "path": "host", "score": {"mean": 297.3, "std": 39.7}}}))
+        "run": {"env_steps": 2_995_216, "seconds": 1220.0, "path": "jax-host", "score": {"mean": 297.3, "std": 39.7}}}))
     stopped.mkdir()
     (stopped / "identity.json").write_text(json.dumps({"backend": "file:0123456789abcdef", "env_steps": 3_000_000}))
-    train = load_train("BipedalWalker-v3", 1, tmp_path)
-    agent = train.Agent(24, 4, discrete=False)
-    train.HostCheckpoint(stopped / "checkpoint").save(
-        agent, train.Adam(agent.parameters(), lr=3e-4), train.RunningMeanStd((24,)), train.RunningMeanStd(()),
-        np.zeros(32), (812_345, 99, [-100.0, 20.0]))
+    import train_plumbing
+
+    train_plumbing.Checkpoint(stopped / "checkpoint").save(
+        {"params": np.zeros(8, np.float32)}, (812_345, 99, [(-100.0, 1), (20.0, 1)]))
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "l4_progress.py"), str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -168,14 +167,14 @@ def test_the_progress_of_a_long_l4_reads_from_its_run_folders(tmp_path):
     assert lines[1].startswith("backend-seed1 (trains on file:0123456789ab, 3,000,000 env steps): training; checkpoint")
     assert "812,345 env steps, 99 updates, return of its last 20 episodes -40.0" in lines[1]
     assert lines[2] == ("reference-seed1 (trains on reference:1.2.2, 3,000,000 env steps): FINISHED 2,995,216 env steps "
-                        "in 1220 s on path 'host'; score 297.3 (sd 39.7) on the reference env")
+                        "in 1220 s on path 'jax-host'; score 297.3 (sd 39.7) on the reference env")
 
 
 # A stand-in train.py: seed 2 fails at once, seed 1 would train for ten minutes.
 FAILS_OR_TRAINS_LONG = '''import os, sys, time
 from pathlib import Path
 BACKEND = "reference"
-LEARNER = "jax"
+END_TO_END = True
 (Path(os.environ["AUTORL_OUTPUT_DIR"]) / "pid").write_text(str(os.getpid()))
 if os.environ["AUTORL_SEED"] == "2":
     time.sleep(2)

@@ -12,7 +12,7 @@ import pytest
 
 from orchestrator.config import Options
 from orchestrator.setup import plan_schedule
-from tests.conftest import FAST, run_daemon
+from tests.conftest import CODING_AGENT_WALLS, FAST, run_daemon
 
 ALTERNATION = ["translate", "train", "train", "train", "train"]
 
@@ -67,7 +67,7 @@ def test_the_daemon_log_says_why_a_box2d_run_only_trains(autorl_repo):
     # The schedule is decided (and logged) at setup; a train.py that fails ends the run right after.
     repo = autorl_repo(train_py="import sys\nsys.exit('no training here')\n")
     proc = run_daemon(repo, "run", "--env", "LunarLander-v3", "--tag", "ll", "--agent", "command",
-                      "--agent-cmd", "true {prompt_file}", "--budget", "2", "--max-experiments", "1", *FAST,
+                      "--agent-cmd", "true {prompt_file}", "--budget", "2", "--max-experiments", "1", *FAST, *CODING_AGENT_WALLS,
                       "--no-setup-verify", timeout=120)
     assert proc.returncode == 1 and "failed its baseline run" in proc.stderr, proc.stdout + proc.stderr
     run_dir = repo / "results" / "ll"

@@ -130,12 +130,12 @@ def test_setup_verifies_what_ships_reuses_it_next_time_and_falls_back_from_a_bro
     assert list(read_results(repo, "broken").status) == ["baseline", "baseline"]
 
 
-def test_no_setup_verify_keeps_the_host_path(autorl_repo, user_verify_cache):
+def test_no_setup_verify_trains_on_what_needs_no_verdict(autorl_repo, user_verify_cache):
     repo = autorl_repo()
     run_dir, log, choice = setup_run(repo, "plain", user_verify_cache, "--no-setup-verify")
     assert "setup verification skipped: --no-setup-verify" in log and choice["backend"] == "auto"
     assert not (run_dir / "setup").exists() and not list((run_dir / "verify-cache").glob("verdict-*"))
-    assert train_summary(run_dir / "exp-0000" / "train.log")["path"] == "host"
+    assert train_summary(run_dir / "exp-0000" / "train.log")["path"] == "jax-host"
     assert json.loads((run_dir / "run.json").read_text())["setup_verify"] is False
 
 

@@ -1,6 +1,6 @@
-"""candidate/train.py's jax-host path: a vector env that is not JAX (a verified Rust translation,
-envpool) stepped from a Python loop, the rollout learnt from by the JAX learner the jax-e2e path uses,
-and exported as the same TorchScript artifact.
+"""candidate/train.py's jax-host path: a vector env that is not functional JAX (a verified Rust
+translation, envpool, gymnasium's) stepped from a Python loop, the rollout learnt from by the one JAX
+learner the jax-e2e path uses, and exported as the same TorchScript artifact.
 
 "Verified" means a cached passing verdict for the shipped translation in a verdict cache private to
 each test, which is what `envs_fast.choose_backend` reads (verification itself is tested in
@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 import evaluate
 from envs_fast import cache
 from envs_fast.rust_build import rustc_available
-from tests.train_helpers import REPO, TRANSLATIONS, edited_copy, load_train, run_train, summary
+from tests.train_helpers import REPO, TRANSLATIONS, load_train, run_train, summary
 
 CARTPOLE_RS = REPO / "envs_fast" / "cartpole_v1.rs"
 needs_rustc = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
@@ -41,10 +40,10 @@ def train_process(budget, out_dir, cache_dir, root=REPO):
 
 @needs_rustc
 def test_jax_host_learns_cartpole_on_its_rust_translation_within_its_budget(tmp_path, rust_verified):
-    """LEARNER = "auto" at a budget of JAX_HOST_MIN_BUDGET: the verified Rust translation is trained by the
-    JAX learner. The clock counts imports and the compile (6-10 s on 2 busy cores; 30 s reached 500 on
-    envpool there); the artifact balances the pole; the process ends soon after the budget."""
-    budget = load_train("CartPole-v1", 1, tmp_path).JAX_HOST_MIN_BUDGET
+    """The verified Rust translation is trained by the JAX learner. The clock counts imports and the
+    compile (6-10 s on 2 busy cores; 30 s reached 500 on envpool there); the artifact balances the pole;
+    the process ends soon after the budget."""
+    budget = 30
     stats, wall_seconds, _ = train_process(budget, tmp_path / "out", rust_verified)
     assert stats["path"] == "jax-host" and stats["backend"] == str(CARTPOLE_RS)
     assert int(stats["updates"]) > 0 and stats["export_check"].startswith("ok")
@@ -57,26 +56,18 @@ def test_jax_host_learns_cartpole_on_its_rust_translation_within_its_budget(tmp_
     assert result["mean"] >= 400, result["returns"]
 
 
-def test_the_path_follows_the_backend_the_learner_and_the_budget(tmp_path):
-    """jax-e2e for a functional JAX backend, jax-host for Rust and envpool from JAX_HOST_MIN_BUDGET on, the
-    host path below it and for gymnasium's own vector env; LEARNER forces either learner."""
+def test_the_path_follows_the_backend_and_end_to_end(tmp_path):
+    """jax-e2e for a functional JAX backend, jax-host for Rust, envpool and gymnasium; END_TO_END = False
+    steps a JAX backend from the host too; the jax-host envs grow by JAX_HOST_ENVS_FACTOR from a budget of
+    JAX_HOST_BIG_BATCH_BUDGET."""
     train = load_train("CartPole-v1", 60, tmp_path)
-    rust, jax_file = str(CARTPOLE_RS), str(TRANSLATIONS["CartPole-v1"])
-
-    def path(spec, budget, learner="auto"):
-        train.TIME_BUDGET, train.LEARNER = budget, learner
-        return train.choose_path(spec)[0]
-
-    long, short = train.JAX_HOST_MIN_BUDGET, train.JAX_HOST_MIN_BUDGET - 1
-    assert [path(spec, long) for spec in (jax_file, "gymnax", rust, "envpool", "reference")] == [
-        "jax-e2e", "jax-e2e", "jax-host", "jax-host", "host"]
-    assert [path(spec, short) for spec in (jax_file, rust, "envpool", "reference")] == [
-        "jax-e2e", "host", "host", "host"]
-    assert [path(spec, short, "jax") for spec in (jax_file, rust, "envpool", "reference")] == [
-        "jax-e2e", "jax-host", "jax-host", "jax-host"]
-    assert [path(spec, long, "torch") for spec in (jax_file, rust, "envpool", "reference")] == ["host"] * 4
-    with pytest.raises(SystemExit, match="LEARNER must be"):
-        path(rust, long, "numpy")
+    specs = (str(TRANSLATIONS["CartPole-v1"]), "gymnax", str(CARTPOLE_RS), "envpool", "reference")
+    assert [train.choose_path(spec) for spec in specs] == ["jax-e2e", "jax-e2e", "jax-host", "jax-host", "jax-host"]
+    train.END_TO_END = False
+    assert {train.choose_path(spec) for spec in specs} == {"jax-host"}
+    assert train.host_num_envs() == train.NUM_ENVS
+    train.TIME_BUDGET = train.JAX_HOST_BIG_BATCH_BUDGET
+    assert train.host_num_envs() == train.NUM_ENVS * train.JAX_HOST_ENVS_FACTOR
 
 
 def replayed(spec, env_id, num_envs, seed, env_actions):
@@ -93,29 +84,23 @@ def replayed(spec, env_id, num_envs, seed, env_actions):
     ("Pendulum-v1", "envpool"),  # Box actions (clipped for the env), time-limit truncations
 ])
 def test_the_rollout_sees_the_vector_envs_transitions_and_the_learner_counts_them(tmp_path, monkeypatch, env_id, spec):
-    """host_rollout against a fresh vector env of the same backend and seed replayed with the env actions
-    it sent: the same observations, rewards and flags, step for step. Its log-probabilities are the torch
-    Agent's; and `learn` counts the rollout as the vector env's flags say (the NEXT_STEP reset steps left
-    out, finished episodes and their returns)."""
+    """The jax-host rollout against a fresh vector env of the same backend and seed replayed with the env
+    actions it sent: the same observations, rewards and flags, step for step; its log-probabilities are
+    those of the actions under the policy that acted; and `learn` counts the rollout as the vector env's
+    flags say (the NEXT_STEP reset steps left out, finished episodes and their returns)."""
     import jax
 
     monkeypatch.setenv(cache.CACHE_ENV_VAR, str(tmp_path / "cache"))
     train = load_train(env_id, 60, tmp_path)
     train.NUM_ENVS, train.NUM_STEPS = 4, 256  # CartPole ends episodes, Pendulum truncates at 200 steps
     problem = train.Problem(env_id)
-    agent = train.Agent(problem.obs_dim, problem.act_dim, problem.discrete)
-    training = train.make_jax_host_training(problem, agent, problem.obs_space.shape, problem.obs_space.dtype)
-    training.policy_step = jax.jit(training.policy_step)
-    T, N, W = training.num_steps, training.num_envs, training.width
-    buffers = (np.zeros((T + 1, N) + problem.obs_space.shape, problem.obs_space.dtype), np.zeros((T, N, W), np.float32),
-               np.zeros((T, N), np.float32), np.zeros((T, N), np.float32), np.zeros((T, N), bool), np.zeros((T, N), bool))
-    envs = evaluate.make_vec_env(env_id, N, train.SEED, backend=spec)
-    raw_obs, _ = envs.reset(seed=train.SEED)
-    noise = training.draw_noise(np.random.default_rng(0))
-    last = train.host_rollout(training, envs, training.state, raw_obs, noise, buffers)
-    envs.close()
-    obs, actions, logp, reward, terminated, truncated = buffers
-    np.testing.assert_array_equal(last, obs[-1])
+    params = train.init_params(problem, np.random.default_rng(1))
+    training = train.train_from_host(spec, problem, params)
+    T, N = train.NUM_STEPS, train.NUM_ENVS
+    buffers = training.rollout(training.state, lambda t: False)
+    training.envs.close()
+    obs, actions, logp, reward = buffers["raw_obs"], buffers["actions"], buffers["logp"], buffers["reward"]
+    terminated, truncated = buffers["terminated"], buffers["truncated"]
 
     if problem.discrete:
         env_actions = actions[..., 0].astype(np.int64)
@@ -132,13 +117,14 @@ def test_the_rollout_sees_the_vector_envs_transitions_and_the_learner_counts_the
     done = terminated | truncated
     assert done.sum() >= N and (truncated if spec == "envpool" else terminated).any()
 
-    with torch.no_grad():  # the policy that acted is the torch Agent's (unnormalised: fresh statistics)
-        dist = agent.distribution(torch.from_numpy(obs[:-1].reshape(T * N, -1).astype(np.float32)))
-        taken = torch.from_numpy(actions.reshape(T * N, W))
-        expected = dist.log_prob(taken[:, 0].long()) if problem.discrete else dist.log_prob(taken).sum(-1)
-    np.testing.assert_allclose(logp.reshape(-1), expected.numpy(), rtol=1e-4, atol=1e-4)
+    # the policy that acted: the initial weights, on observations the fresh statistics leave unscaled
+    x = np.asarray(train.features(problem, obs[:-1].reshape((T * N,) + obs.shape[2:]), training.state["obs_rms"]))
+    taken = actions.reshape(T * N, -1)[:, 0].astype(np.int32) if problem.discrete else actions.reshape(T * N, -1)
+    expected, _ = train.log_prob_entropy(problem, params, train.mlp(params["actor"], x), taken)
+    np.testing.assert_allclose(logp.reshape(-1), np.asarray(expected), rtol=1e-4, atol=1e-4)
 
-    _, metrics = jax.jit(training.learn)(training.state, *buffers, np.float32(0.0), np.float32(0.0))
+    _, metrics = training.learn(jax.tree_util.tree_map(np.array, training.state), buffers, np.float32(0.0),
+                                np.float32(0.0))
     valid = ~np.concatenate([np.zeros((1, N), bool), done[:-1]])  # a step after an episode's end is a reset
     returns, finished, episode_return = [], 0, np.zeros(N)
     for t in range(T):
@@ -150,48 +136,25 @@ def test_the_rollout_sees_the_vector_envs_transitions_and_the_learner_counts_the
     assert float(metrics["return_sum"]) == pytest.approx(sum(returns), rel=1e-5)
 
 
-@needs_rustc
-def test_an_agent_the_jax_learner_cannot_compute_trains_on_the_torch_learner_unless_jax_is_forced(tmp_path,
-                                                                                                 rust_verified):
-    """LEARNER = "auto" chose jax-host for speed only: an Agent it cannot translate (a PReLU) trains on the
-    host path instead, saying so. LEARNER = "jax" refuses it in one line, before anything is compiled."""
-    prelu = {"layer_init(nn.Linear(HIDDEN_SIZE, act_dim), std=0.01),":
-             "layer_init(nn.Linear(HIDDEN_SIZE, act_dim), std=0.01), nn.PReLU(),",
-             "JAX_HOST_MIN_BUDGET = 30.0": "JAX_HOST_MIN_BUDGET = 5.0"}  # a short run still chooses jax-host
-    auto = edited_copy(tmp_path / "auto", prelu)
-    stats, _, stdout = train_process(8, tmp_path / "auto-out", rust_verified, root=auto)
-    assert "jax-host path refused (the jax-e2e path cannot translate agent.actor[5] (PReLU" in stdout
-    assert stats["path"] == "host" and stats["backend"] == str(auto / "envs_fast" / "cartpole_v1.rs")
-    assert stats["export_check"].startswith("ok")
-
-    forced = edited_copy(tmp_path / "forced", prelu | {'LEARNER = "auto"': 'LEARNER = "jax"'})
-    proc, _ = run_train("CartPole-v1", 8, tmp_path / "forced-out", rust_verified, root=forced)
-    assert proc.returncode != 0
-    last = proc.stdout.strip().splitlines()[-1]
-    assert last.startswith("refused: the jax-e2e path cannot translate agent.actor[5] (PReLU"), last
-    assert last.endswith('(LEARNER = "torch" trains any Agent)'), last
-    assert "compiled" not in proc.stdout and not (tmp_path / "forced-out" / "policy.pt").exists()
-
-
 def test_the_bench_measures_the_path_and_envs_train_py_takes(tmp_path, monkeypatch):
     """envs_fast.bench reads train.py as text (it imports no candidate code) to measure the rollout of
-    the path train.py's choose_path takes: the two must agree for every learner, budget and backend."""
+    the path train.py's choose_path takes: the two must agree for END_TO_END, every budget and backend."""
     import re
 
     from envs_fast.bench import train_path
 
     shipped = (REPO / "candidate" / "train.py").read_text()
     specs = ["envpool", "reference", "mujoco_batch", "envs_fast/cartpole_v1.rs", "envs_fast/cartpole_v1.py", "gymnax"]
-    for learner in ("auto", "torch", "jax"):
-        root = tmp_path / learner
+    for end_to_end in (True, False):
+        root = tmp_path / str(end_to_end)
         (root / "candidate").mkdir(parents=True)
-        text, count = re.subn(r"^LEARNER = .*$", f"LEARNER = {learner!r}", shipped, count=1, flags=re.M)
+        text, count = re.subn(r"^END_TO_END = .*$", f"END_TO_END = {end_to_end}", shipped, count=1, flags=re.M)
         assert count == 1
         (root / "candidate" / "train.py").write_text(text)
         for budget in (10, 30, 120, 480, 720):
             monkeypatch.setenv("AUTORL_TIME_BUDGET", str(budget))
             train = load_train("CartPole-v1", budget, tmp_path / "out", path=root / "candidate" / "train.py")
             for spec in specs:
-                path = train.choose_path(spec)[0]
-                envs = train.jax_host_num_envs() if path == "jax-host" else train.NUM_ENVS
-                assert train_path(spec, root) == (path, envs), (learner, budget, spec)
+                path = train.choose_path(spec)
+                envs = train.host_num_envs() if path == "jax-host" else train.NUM_ENVS
+                assert train_path(spec, root) == (path, envs), (end_to_end, budget, spec)

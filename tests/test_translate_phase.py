@@ -189,9 +189,9 @@ def test_buggy_rust_translation_is_repaired_kept_and_rebaselined(autorl_repo, tm
     assert record["spec"] == rust_path and record["speedup_lower_bound"] > 1 and record["incumbent"] == "envpool"
     branch = git.Repo(repo).commit("autorl/r")
     assert branch.tree[rust_path].data_stream.read().decode() == correct
-    # The re-baseline trained on the Rust backend, stepped from train.py's torch loop.
+    # The re-baseline trained on the Rust backend, stepped from train.py's jax-host loop.
     rebaseline_log = (run_dir / "exp-0002" / "train.log").read_text()
-    assert summary_value(rebaseline_log, "path") == "host"
+    assert summary_value(rebaseline_log, "path") == "jax-host"
     assert summary_value(rebaseline_log, "backend").endswith("cartpole_v1.rs")
 
 

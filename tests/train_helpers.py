@@ -13,6 +13,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "candidate" / "train.py"
+FIXED_FILES = ("evaluate.py", "train_plumbing.py", "policy_export.py")  # what train.py imports beside envs_fast
 TRANSLATIONS = {env_id: REPO / "envs_fast" / f"{name}.py" for env_id, name in (
     ("CartPole-v1", "cartpole_v1"), ("Pendulum-v1", "pendulum_v1"), ("Acrobot-v1", "acrobot_v1"),
     ("MountainCar-v0", "mountaincar_v0"))}
@@ -56,10 +57,11 @@ def summary(stdout: str) -> dict:
 
 
 def edited_copy(root: Path, replacements: dict[str, str]) -> Path:
-    """A checkout at `root` (evaluate.py, envs_fast/, candidate/train.py) whose train.py has each `old`
+    """A checkout at `root` (FIXED_FILES, envs_fast/, candidate/train.py) whose train.py has each `old`
     text replaced by its `new` one (each must occur in the shipped train.py)."""
     (root / "candidate").mkdir(parents=True)
-    shutil.copy(REPO / "evaluate.py", root / "evaluate.py")
+    for name in FIXED_FILES:
+        shutil.copy(REPO / name, root / name)
     shutil.copytree(REPO / "envs_fast", root / "envs_fast", ignore=shutil.ignore_patterns("__pycache__", "target"))
     text = TRAIN.read_text()
     for old, new in replacements.items():
@@ -76,12 +78,3 @@ def load_train(env_id: str, budget: float, out_dir: Path, path: Path = TRAIN):
     spec.loader.exec_module(module)
     module.ENV_ID, module.TIME_BUDGET, module.SEED, module.OUTPUT_DIR = env_id, budget, 1, Path(out_dir)
     return module
-
-
-def expected_torch_device(train_module) -> str:
-    """Where the host path puts its networks: DEVICE, "auto" meaning CUDA when torch sees it."""
-    import torch
-
-    if train_module.DEVICE == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return train_module.DEVICE

@@ -12,9 +12,9 @@ A translation declares it in its sync companion or JAX file (declarations.py):
                                               # for, set on both sides (whatever the checkout's say)
 
 For each seed and side, the checkout's candidate/train.py trains in a scratch folder, a copy of it with
-BACKEND set (the backend, or "reference") and one learner for both sides (LEARNER "jax", the jax-host
-path, except for a JAX translation, which that would train end to end with other constants: there
-"torch", the host path on both sides), for exactly the declared env steps (AUTORL_MAX_ENV_STEPS, which
+BACKEND set (the backend, or "reference") and END_TO_END = False, so that both sides train on the
+jax-host path with the same constants (a JAX translation would otherwise train end to end, with
+others), for exactly the declared env steps (AUTORL_MAX_ENV_STEPS, which
 also anneals the learning rate over steps; the time budget is lifted). evaluate.py's harness scores
 every artifact on the reference env (100 episodes from a seed no training run resets with). The
 backend trains only with a passing L1-L3 verdict, as in a night.
@@ -22,8 +22,8 @@ backend trains only with a passing L1-L3 verdict, as in a night.
 Hours at the declared steps on 2 cores: with `--l4-dir DIR` every run's folder (train.log, policy.pt,
 run.json) is kept there, and a run whose run.json matches (what its side trains on: the backend's content
 or gymnasium's version; train.py text, env steps, seed, side) is not trained again, so a stopped check
-resumes and a changed port retrains only its own side. Within a run, train.py's host path (the one a JAX
-translation's L4 trains on) saves a checkpoint every 5 minutes (AUTORL_CHECKPOINT_DIR), and a run stopped
+resumes and a changed port retrains only its own side. Within a run, train.py's jax-host path (the one L4
+trains on) saves a checkpoint every 5 minutes (AUTORL_CHECKPOINT_DIR), and a run stopped
 midway goes on from it with new episodes: the JAX BipedalWalker port's runs take ~1.5-3 h each on a 2-core
 CPU. `--l4-jobs N` trains N runs side by side, the backend's first (two of the JAX port's on 2 cores: 690
 steps/s each against 880 for one alone, bench/bipedal_jax.py run twice at once); each run compiles into a
@@ -57,15 +57,13 @@ EVAL_SEED_OFFSET = 1_000_000  # the scoring episodes' seeds: far from every trai
 SLOWEST_SPS = 300.0  # a training run's time budget: 10 min + its env steps at this rate; the steps end it
 
 
-def learner_for(spec: str) -> str:
-    """The LEARNER both sides train with: the same learner and constants on both."""
-    functional_jax = str(spec).endswith(".py")
-    return "torch" if functional_jax else "jax"
+STEPPED_FROM_THE_HOST = "END_TO_END"  # train.py's switch: False trains every backend on its jax-host path
 
 
-def train_py_for(text: str, backend: str, learner: str, constants: dict | None = None) -> str:
-    """train.py's text with BACKEND, LEARNER and `constants` set (whatever the checkout's lines say)."""
-    for name, value in (("BACKEND", backend), ("LEARNER", learner), *(constants or {}).items()):
+def train_py_for(text: str, backend: str, constants: dict | None = None) -> str:
+    """train.py's text with BACKEND, END_TO_END = False (both sides on the jax-host path, one set of
+    constants) and `constants` set (whatever the checkout's lines say)."""
+    for name, value in (("BACKEND", backend), (STEPPED_FROM_THE_HOST, False), *(constants or {}).items()):
         text, count = re.subn(rf"^{name} = .*$", f"{name} = {value!r}", text, count=1, flags=re.M)
         if count != 1:
             raise ValueError(f"candidate/train.py has no line `{name} = ...` to set")
@@ -93,9 +91,8 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
     train_py = root / "candidate" / "train.py"
     # a file spec as an absolute path: the training runs start in their own folders
     spec = str(Path(ctx.spec).resolve()) if is_file_spec(ctx.spec) else ctx.spec
-    learner = learner_for(spec)
     try:
-        texts = {side: train_py_for(train_py.read_text(), backend, learner, declared.get("train_py"))
+        texts = {side: train_py_for(train_py.read_text(), backend, declared.get("train_py"))
                  for side, backend in (("backend", spec), ("reference", "reference"))}
     except (OSError, ValueError) as exc:
         report.add("trained on the backend (PPO)", False, f"{train_py}: {exc}")
@@ -143,7 +140,7 @@ def run(ctx: Context, report: LevelReport, declared: dict) -> None:
         report.add(f"PPO trains on the {side}", False, result["error"])
         return
     runs = {side: [results[(side, seed)] for seed in range(1, seeds + 1)] for side in ("backend", "reference")}
-    judge(report, runs, env_steps, margin, min_score, learner)
+    judge(report, runs, env_steps, margin, min_score)
 
 
 def finished_run(folder: Path, identity: dict) -> dict | None:
@@ -158,7 +155,7 @@ def finished_run(folder: Path, identity: dict) -> dict | None:
 def train(root: Path, folder: Path, text: str, env_id: str, env_steps: int, seed: int, identity: dict,
           stop: threading.Event | None = None) -> dict:
     """One training run of `text` (a train.py) for `env_steps`; its summary, or {"error": why}. A run
-    stopped midway under the same identity goes on from its checkpoint (train.py's host path saves one
+    stopped midway under the same identity goes on from its checkpoint (train.py's jax-host path saves one
     every few minutes); an outdated one trains again from scratch. When `stop` is set the run is ended
     (its process group terminated) and returns {"error": ..., "stopped": True}."""
     started_as = folder / "identity.json"
@@ -232,7 +229,7 @@ def score(root: Path, policy: Path, env_id: str, eval_seed: int) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def judge(report: LevelReport, runs: dict, env_steps: int, margin: float, min_score: float, learner: str) -> None:
+def judge(report: LevelReport, runs: dict, env_steps: int, margin: float, min_score: float) -> None:
     means = {side: statistics.fmean(r["score"]["mean"] for r in rs) for side, rs in runs.items()}
     difference = means["backend"] - means["reference"]
     per_seed = "; ".join(
@@ -244,7 +241,7 @@ def judge(report: LevelReport, runs: dict, env_steps: int, margin: float, min_sc
     report.add("the reference's PPO learnt", learned,
                f"mean score {means['reference']:.1f} on the reference env after {env_steps:,} env steps "
                f"(at least {min_score:g} needed to judge transfer)")
-    detail = (f"PPO (train.py, LEARNER {learner!r}) for {env_steps:,} env steps per run (trained: backend "
+    detail = (f"PPO (train.py's jax-host path) for {env_steps:,} env steps per run (trained: backend "
               f"{steps['backend']}, reference {steps['reference']}), {len(runs['backend'])} seed(s) per side, each "
               f"artifact scored by evaluate.py over {EVAL_EPISODES} episodes on the reference env: trained on the "
               f"backend {means['backend']:.1f}, on the reference {means['reference']:.1f}, difference "

@@ -1,6 +1,6 @@
 """train.py's hyperparameter block: the `NAME = literal` lines between `# >>> hyperparameters` and
 `# <<< hyperparameters`, read and rewritten in place (comments and spacing kept), and which of
-train.py's two training paths reads them."""
+train.py's two paths (one learner fed end to end or from the host) reads them."""
 from __future__ import annotations
 
 import ast
@@ -12,12 +12,12 @@ from typing import Optional
 TRAIN_SCRIPT = "candidate/train.py"
 BLOCK_START = "# >>> hyperparameters"
 BLOCK_END = "# <<< hyperparameters"
-# Not learning hyperparameters: how many threads, which backend, seeds.
-FIXED_NAMES = {"TORCH_THREADS", "BACKEND"}
-PATH_TAG = re.compile(r"\((host|jax-host|jax-e2e) path\)")
-# Backends train.py steps from a Python loop (the host path's torch learner, or the jax-host path's
-# JAX one); any other verified backend is functional JAX and trains end to end (jax-e2e path) when
-# the block has JAX_NUM_ENVS. Mirrors train.py (HOST_SPECS, is_jax_functional, choose_path).
+# Not learning hyperparameters: which backend, and whether a JAX one trains end to end.
+FIXED_NAMES = {"BACKEND", "END_TO_END"}
+PATH_TAG = re.compile(r"\((jax-host|jax-e2e) path\)")
+# Backends train.py steps from a Python loop (its jax-host path); any other verified backend is
+# functional JAX and trains end to end (jax-e2e path) when the block has JAX_NUM_ENVS and END_TO_END
+# is not False. Mirrors train.py (choose_path) and train_plumbing (HOST_SPECS, is_jax_functional).
 HOST_SPECS = ("envpool", "gymnasium", "reference", "mujoco_batch")
 
 
@@ -32,7 +32,7 @@ class Constant:
     line: int           # 0-based line index in the file
     start: int          # column span of the literal on that line
     end: int
-    path: Optional[str] = None  # "host", "jax-host" or "jax-e2e" when its comment names the path reading it
+    path: Optional[str] = None  # "jax-host" or "jax-e2e" when its comment names the path reading it
 
 
 def read_block(text: str) -> list[Constant]:
@@ -68,32 +68,25 @@ def read_block(text: str) -> list[Constant]:
 
 
 def reads(tag: Optional[str], training: str) -> bool:
-    """Whether the `training` path reads a constant whose comment names path `tag`: "(host path)"
-    constants are the jax-host path's too (the same PPO, learnt in JAX), the others their path's only."""
-    return tag is None or tag == training or (tag == "host" and training == "jax-host")
+    """Whether the `training` path reads a constant whose comment names path `tag` (untagged: both)."""
+    return tag is None or tag == training
 
 
 def training_path(constants: list[Constant], env_id: str, worktree: Path) -> str:
     """Which of train.py's paths will train this block: "jax-e2e" when the backend it would choose
-    is functional JAX and the block has the jax-e2e constants; for a backend stepped from a Python
-    loop, "jax-host" when LEARNER asks for the JAX learner or leaves it to train.py ("auto", which
-    picks it for all but gymnasium's own vector env from a 30 s budget), else "host"."""
+    is functional JAX, the block has the jax-e2e constants and END_TO_END is not False; else
+    "jax-host" (the backend stepped from a Python loop)."""
     values = {c.name: c.value for c in constants}
-    if "JAX_NUM_ENVS" not in values and "LEARNER" not in values:
-        return "host"
+    if "JAX_NUM_ENVS" not in values or values.get("END_TO_END", True) is False:
+        return "jax-host"
     spec = values.get("BACKEND", "auto")
     if spec == "auto":
         try:
             import envs_fast
         except ImportError:
-            return "host"
+            return "jax-host"
         spec = envs_fast.choose_backend(env_id, int(values.get("NUM_ENVS", 32)), root=worktree)
-    learner = values.get("LEARNER", "auto")
-    if spec not in HOST_SPECS and not str(spec).endswith(".rs"):
-        return "jax-e2e" if "JAX_NUM_ENVS" in values and learner != "torch" else "host"
-    if learner == "jax" or (learner == "auto" and spec not in ("reference", "gymnasium")):
-        return "jax-host"
-    return "host"
+    return "jax-host" if spec in HOST_SPECS or str(spec).endswith(".rs") else "jax-e2e"
 
 
 def format_value(value) -> str:

@@ -29,8 +29,8 @@ trial, samples booleans and power-of-two choices at random (they are categorical
 covariance over far more trials than a night of 720 s runs holds. TPE (the former default) starts
 with random trials over the whole space: the first hour of a night spent far from anything useful.
 
-train.py has two training paths and tags the constants only one of them reads with a comment
-`(host path)` or `(jax-e2e path)`. A trial only touches constants of the path that will train
+train.py feeds its one learner two ways and tags the constants only one of them reads with a comment
+`(jax-host path)` or `(jax-e2e path)`. A trial only touches constants of the path that will train
 (`training_path`): a change to a constant nobody reads would spend a whole experiment on noise.
 """
 from __future__ import annotations

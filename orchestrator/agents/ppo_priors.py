@@ -35,7 +35,7 @@ class Prior:
 
 
 PRIORS: dict[str, Prior] = {
-    # sizes of a rollout and of the update (host path)
+    # sizes of a rollout and of the update (jax-host path)
     "NUM_ENVS": Prior(4, 1, 64, source="CleanRL 4 (classic) / 1 (continuous); zoo n_envs 1-64"),
     "NUM_STEPS": Prior(128, 8, 4096, source="CleanRL 128 / 2048; zoo n_steps 8-4096"),
     "UPDATE_EPOCHS": Prior(10, 2, 30, source="CleanRL 4 / 10; zoo n_epochs 2-30"),
@@ -59,8 +59,8 @@ PRIORS: dict[str, Prior] = {
     "NORM_REWARD": Prior(True, usual=(True,), source="CleanRL NormalizeReward; SB3 VecNormalize"),
     "OBS_CLIP": Prior(10.0, 5.0, 10.0, source="CleanRL clip 10; SB3 clip_obs 10"),
     "REWARD_CLIP": Prior(10.0, 5.0, 10.0, source="CleanRL clip 10; SB3 clip_reward 10"),
-    # the jax-host path's envs over the host path's NUM_ENVS (no literature value of its own: a factor
-    # that keeps NUM_ENVS x it within PureJaxRL's 4-4096 envs at CleanRL's 4-64)
+    # the jax-host path's envs over NUM_ENVS from a long budget (no literature value of its own: a
+    # factor that keeps NUM_ENVS x it within PureJaxRL's 4-4096 envs at CleanRL's 4-64)
     "JAX_HOST_ENVS_FACTOR": Prior(1, 1, 64, source="none of its own: NUM_ENVS x factor within PureJaxRL's 4-4096 envs"),
     # the jax-e2e path: PureJaxRL's configs (classic control: 4 envs x 128 steps, 4 epochs, 4 minibatches)
     "JAX_NUM_ENVS": Prior(4, 4, 4096, source="PureJaxRL 4 (classic) / 2048 (brax)"),
@@ -72,7 +72,7 @@ PRIORS: dict[str, Prior] = {
 
 
 def prior_of(name: str) -> Optional[Prior]:
-    """The constant's prior: its own entry, else its host-path twin's (JAX_GAMMA -> GAMMA), else None."""
+    """The constant's prior: its own entry, else its jax-host twin's (JAX_GAMMA -> GAMMA), else None."""
     if name in PRIORS:
         return PRIORS[name]
     return PRIORS.get(name[4:]) if name.startswith("JAX_") else None

@@ -43,8 +43,9 @@ hyperparameter block between `# >>> hyperparameters` and `# <<< hyperparameters`
 algorithm), as long as it keeps its contract: read AUTORL_OUTPUT_DIR, AUTORL_TIME_BUDGET,
 AUTORL_SEED and AUTORL_ENV_ID; write $AUTORL_OUTPUT_DIR/policy.pt (TorchScript, observation
 normalisation baked in); stop within the budget; end by printing `---` and `key: value` lines.
-Only candidate/train.py may be changed; evaluate.py is fixed. A change that does not compile, or
-that touches another file, is rejected without being run.""",
+Only candidate/train.py may be changed; evaluate.py and train_plumbing.py (which train.py imports:
+the run's variables, the budget clock, the backend choice, the export check) are fixed. A change that
+does not compile, or that touches another file, is rejected without being run.""",
     "translate": """\
 Phase: translate. Write (or repair) the JAX translation of the environment: the one allowed file
 envs_fast/<slug>.py. The protocol, exactly: `ENV_ID = "<env id>"`; `reset(key) -> (obs, state)`
