@@ -13,7 +13,12 @@ unreadable artifact, a wrong output shape, NaN actions or an unknown env id.
 `module:Class` ids (a created environment, `envs.<name>.env:Env`) are imported from the repository
 root: $AUTORL_ENV_ROOT when the daemon names one (the commit's snapshot), else the directory
 holding this file. With $AUTORL_ENV_SHA256 set, the env's folder must still have that content
-hash (the environment is frozen during a search), else it exits 3 with one line saying so.
+hash (the environment is frozen during a search), else it exits 3 with one line saying so; each
+evaluation process checks it again once it has imported the env.
+
+A policy is pure computation. Before the artifact is ever called, every op of its graph is held to
+ALLOWED_POLICY_OPS (pure tensor ops); an artifact that would run anything else (file I/O, printing,
+code at load) is refused: it exits 4 with one line naming the op.
 """
 from __future__ import annotations
 
@@ -22,11 +27,16 @@ import hashlib
 import importlib
 import json
 import math
+import operator
 import os
+import pickle
+import re
 import sys
 import time
 import warnings
+import zipfile
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Sequence
@@ -48,6 +58,7 @@ POLICY_SUFFIXES = (".pt", ".pt2")
 ENV_ROOT_VARIABLE = "AUTORL_ENV_ROOT"      # where `module:Class` ids are imported from
 ENV_SHA256_VARIABLE = "AUTORL_ENV_SHA256"  # the frozen content hash of that module's folder
 ENV_CHANGED_EXIT = 3
+POLICY_REFUSED_EXIT = 4
 
 
 class HarnessError(Exception):
@@ -56,6 +67,10 @@ class HarnessError(Exception):
 
 class EnvChanged(HarnessError):
     """The env's folder is not the one the run started with."""
+
+
+class PolicyRefused(HarnessError):
+    """The artifact would run something other than pure tensor computation: refused before it runs."""
 
 
 # ---------------------------------------------------------------- environments
@@ -172,12 +187,206 @@ def _envpool_supports(env_id: str) -> bool:
     return envpool_supports(env_id)
 
 
+# ---------------------------------------------------------------- what a policy may compute
+# A policy maps observations to actions and nothing else. Every op of an artifact's graph must be in
+# this explicit list, checked before the artifact is first called (names as TorchScript's node kinds
+# and torch.export's op schemas spell them; the overload is not part of the name). Anything not listed
+# is refused: file/process/network I/O, printing, custom classes and their methods, and calls left
+# opaque after inlining. Random sampling is allowed: it reads nothing outside the process, and a
+# uniformly random policy is the floor bench/random_policy.py scores with this harness.
+ALLOWED_POLICY_OPS = frozenset({
+    # TorchScript's own language: constants, attributes of the module, containers, control flow,
+    # scalar arithmetic and the checks torch's own layers raise from. They touch nothing outside.
+    "prim::Constant", "prim::GetAttr", "prim::If", "prim::Loop", "prim::ListConstruct", "prim::ListUnpack",
+    "prim::TupleConstruct", "prim::TupleUnpack", "prim::TupleIndex", "prim::DictConstruct", "prim::NumToTensor",
+    "prim::device", "prim::dtype", "prim::layout", "prim::unchecked_cast", "prim::RaiseException",
+    "prim::Uninitialized", "prim::min", "prim::max", "prim::abs", "prim::type", "prim::is_nested",
+    "prim::is_cuda", "prim::requires_grad", "prim::data", "aten::__getitem__", "aten::__is__", "aten::__isnot__",
+    "aten::__not__", "aten::__contains__", "aten::__and__", "aten::__or__", "aten::__xor__", "aten::len",
+    "aten::append", "aten::list", "aten::format", "aten::Int", "aten::Float", "aten::Bool", "aten::ScalarImplicit",
+    "aten::IntImplicit", "aten::FloatImplicit", "aten::__range_length", "aten::__derive_index", "aten::floordiv",
+    "aten::size", "aten::dim", "aten::numel", "aten::item", "aten::is_floating_point", "aten::is_grad_enabled",
+    "aten::is_autocast_enabled", "aten::sym_size", "aten::sym_numel", "aten::_assert_scalar",
+    "aten::_assert_tensor_metadata", "aten::sym_constrain_range_for_size",
+    # aten::warn sits in dead branches of torch's own scripted layers (nn.Softmax's dim=None path,
+    # MultiheadAttention): Policy.__call__ silences warnings, so it cannot write anything.
+    "aten::warn",
+    # elementwise math and comparisons: a function of the input tensors only
+    "aten::add", "aten::sub", "aten::rsub", "aten::mul", "aten::div", "aten::true_divide", "aten::floor_divide",
+    "aten::remainder", "aten::fmod", "aten::neg", "aten::abs", "aten::sign", "aten::sgn", "aten::exp", "aten::exp2",
+    "aten::expm1", "aten::log", "aten::log1p", "aten::log2", "aten::log10", "aten::sqrt", "aten::rsqrt", "aten::pow",
+    "aten::square", "aten::reciprocal", "aten::sin", "aten::cos", "aten::tan", "aten::asin", "aten::acos",
+    "aten::atan", "aten::atan2", "aten::sinh", "aten::cosh", "aten::asinh", "aten::acosh", "aten::atanh",
+    "aten::floor", "aten::ceil", "aten::round", "aten::trunc", "aten::frac", "aten::lerp", "aten::addcmul",
+    "aten::addcdiv", "aten::hypot", "aten::erf", "aten::erfc", "aten::maximum", "aten::minimum", "aten::fmax",
+    "aten::fmin", "aten::copysign", "aten::nan_to_num", "aten::clamp", "aten::clamp_min", "aten::clamp_max",
+    "aten::clip", "aten::logaddexp", "aten::xlogy", "aten::bitwise_and", "aten::bitwise_or", "aten::bitwise_xor",
+    "aten::bitwise_not", "aten::logical_and", "aten::logical_or", "aten::logical_xor", "aten::logical_not",
+    "aten::isnan", "aten::isinf", "aten::isfinite", "aten::signbit", "aten::eq", "aten::ne", "aten::lt", "aten::le",
+    "aten::gt", "aten::ge", "aten::equal", "aten::isclose", "aten::allclose", "aten::where", "aten::masked_fill",
+    # in-place forms write only into tensors the graph already holds
+    "aten::add_", "aten::sub_", "aten::mul_", "aten::div_", "aten::neg_", "aten::abs_", "aten::exp_", "aten::pow_",
+    "aten::clamp_", "aten::clamp_min_", "aten::clamp_max_", "aten::masked_fill_", "aten::copy_", "aten::fill_",
+    "aten::zero_", "aten::index_put_", "aten::relu_", "aten::tanh_", "aten::sigmoid_", "aten::silu_", "aten::elu_",
+    "aten::leaky_relu_", "aten::hardtanh_", "aten::hardswish_", "aten::hardsigmoid_", "aten::mish_", "aten::gelu_",
+    "aten::dropout_",
+    # reductions, sorting and selection
+    "aten::sum", "aten::mean", "aten::prod", "aten::max", "aten::min", "aten::amax", "aten::amin", "aten::aminmax",
+    "aten::argmax", "aten::argmin", "aten::std", "aten::var", "aten::std_mean", "aten::var_mean", "aten::norm",
+    "aten::linalg_vector_norm", "aten::logsumexp", "aten::cumsum", "aten::cumprod", "aten::all", "aten::any",
+    "aten::median", "aten::topk", "aten::sort", "aten::argsort", "aten::count_nonzero",
+    # shapes, views and indexing: rearrange values already in the graph
+    "aten::view", "aten::reshape", "aten::flatten", "aten::unflatten", "aten::squeeze", "aten::unsqueeze",
+    "aten::permute", "aten::transpose", "aten::t", "aten::contiguous", "aten::expand", "aten::expand_as",
+    "aten::repeat", "aten::tile", "aten::cat", "aten::concat", "aten::concatenate", "aten::stack", "aten::hstack",
+    "aten::vstack", "aten::split", "aten::split_with_sizes", "aten::chunk", "aten::unsafe_chunk", "aten::unbind",
+    "aten::select", "aten::slice", "aten::narrow", "aten::index", "aten::index_select", "aten::gather",
+    "aten::take_along_dim", "aten::diagonal", "aten::diag", "aten::tril", "aten::triu", "aten::flip", "aten::roll",
+    "aten::movedim", "aten::view_as", "aten::reshape_as", "aten::broadcast_to", "aten::broadcast_tensors",
+    "aten::one_hot", "aten::embedding", "aten::pad", "aten::constant_pad_nd", "aten::clone", "aten::detach",
+    "aten::alias", "aten::index_put", "aten::scatter", "aten::scatter_add", "aten::masked_select",
+    # creation of new tensors from sizes and values (not from files, not random)
+    "aten::zeros", "aten::ones", "aten::full", "aten::empty", "aten::zeros_like", "aten::ones_like",
+    "aten::full_like", "aten::empty_like", "aten::arange", "aten::linspace", "aten::eye", "aten::tensor",
+    "aten::scalar_tensor", "aten::as_tensor", "aten::new_zeros", "aten::new_ones", "aten::new_full",
+    "aten::new_empty", "aten::new_tensor", "aten::lift_fresh_copy",
+    # dtype and device conversions
+    "aten::to", "aten::_to_copy", "aten::type_as", "aten::float", "aten::double", "aten::half", "aten::long",
+    "aten::int", "aten::bool", "aten::cpu",
+    # linear algebra
+    "aten::linear", "aten::matmul", "aten::mm", "aten::bmm", "aten::addmm", "aten::addmv", "aten::mv",
+    "aten::dot", "aten::einsum", "aten::baddbmm", "aten::outer", "aten::bilinear", "aten::tensordot",
+    # activations
+    "aten::relu", "aten::relu6", "aten::tanh", "aten::sigmoid", "aten::gelu", "aten::silu", "aten::softplus",
+    "aten::elu", "aten::selu", "aten::celu", "aten::leaky_relu", "aten::hardtanh", "aten::hardsigmoid",
+    "aten::hardswish", "aten::mish", "aten::log_sigmoid", "aten::prelu", "aten::glu", "aten::threshold",
+    "aten::softmax", "aten::log_softmax", "aten::_softmax", "aten::_log_softmax",
+    # normalization, dropout (the identity in eval mode), convolution, pooling, attention, RNN cells
+    "aten::layer_norm", "aten::native_layer_norm", "aten::batch_norm", "aten::_native_batch_norm_legit_no_training",
+    "aten::group_norm", "aten::instance_norm", "aten::rms_norm", "aten::dropout", "aten::feature_dropout",
+    "aten::alpha_dropout", "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::convolution",
+    "aten::_convolution", "aten::conv_transpose1d", "aten::conv_transpose2d", "aten::max_pool1d",
+    "aten::max_pool2d", "aten::max_pool3d", "aten::max_pool2d_with_indices", "aten::avg_pool1d", "aten::avg_pool2d",
+    "aten::avg_pool3d", "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d", "aten::adaptive_max_pool1d",
+    "aten::adaptive_max_pool2d", "aten::scaled_dot_product_attention", "aten::_native_multi_head_attention",
+    "aten::gru_cell", "aten::lstm_cell", "aten::rnn_tanh_cell", "aten::rnn_relu_cell", "aten::gru", "aten::lstm",
+    # random sampling from torch's generator in this process (a stochastic policy; nothing is read)
+    "aten::rand", "aten::randn", "aten::randint", "aten::rand_like", "aten::randn_like", "aten::randint_like",
+    "aten::bernoulli", "aten::multinomial", "aten::normal", "aten::uniform_", "aten::normal_",
+})
+# Ops that reach outside the process: named so that the refusal says so.
+POLICY_IO_OPS = frozenset({
+    "aten::from_file", "aten::save", "aten::_print", "prim::Print", "debugprims::load_tensor", "prim::rpc_async",
+    "prim::rpc_remote", "prim::rpc_sync",
+})
+# torch.export graphs also call a few Python functions on sizes (SymInts); these compute nothing else.
+_PURE_PYTHON_TARGETS = {
+    operator.getitem: "operator.getitem", operator.add: "operator.add", operator.sub: "operator.sub",
+    operator.mul: "operator.mul", operator.floordiv: "operator.floordiv", operator.mod: "operator.mod",
+    operator.truediv: "operator.truediv", operator.neg: "operator.neg", operator.eq: "operator.eq",
+    operator.ne: "operator.ne", operator.lt: "operator.lt", operator.le: "operator.le", operator.gt: "operator.gt",
+    operator.ge: "operator.ge",
+}
+
+
+def _refuse_op(artifact: str, op: str) -> None:
+    if op not in ALLOWED_POLICY_OPS:
+        if op in POLICY_IO_OPS:
+            raise PolicyRefused(f"{artifact} calls {op}: a policy may not do I/O")
+        raise PolicyRefused(f"{artifact} calls {op}: not a pure tensor op a policy may use")
+
+
+def _check_torchscript_block(artifact: str, block) -> None:
+    for node in block.nodes():
+        _refuse_op(artifact, node.kind())
+        for inner in node.blocks():  # the branches of prim::If, the body of prim::Loop
+            _check_torchscript_block(artifact, inner)
+
+
+def check_torchscript_policy(module, artifact: str = "policy.pt") -> None:
+    """Every op forward can run: its graph with every method and function it calls inlined (a call left
+    opaque, on an interface or a custom class, is itself refused), and the module's own forward hooks."""
+    _check_torchscript_block(artifact, module.inlined_graph)
+    for hook in [*module._c._get_forward_pre_hooks(), *module._c._get_forward_hooks()]:
+        _check_torchscript_block(artifact, hook.inlined_graph)
+
+
+def _export_op_name(target) -> str:
+    schema = getattr(target, "_schema", None)  # an OpOverload: aten::linear, ...
+    if schema is not None:
+        return schema.name
+    if target in _PURE_PYTHON_TARGETS:
+        return _PURE_PYTHON_TARGETS[target]
+    name = getattr(target, "__name__", None) or type(target).__name__
+    return f"{getattr(target, '__module__', None) or type(target).__module__}.{name}"
+
+
+def check_export_policy(module, artifact: str = "policy.pt2") -> None:
+    """Every call_function of the graph module and of every graph nested in it (the branches of a
+    torch.cond are graph modules too); a call of a module or a method is refused, whatever it is."""
+    import torch
+
+    pure_control_flow = {torch.ops.higher_order.cond, torch.ops.higher_order.while_loop}
+    for sub in module.modules():
+        graph = getattr(sub, "graph", None)
+        if not isinstance(graph, torch.fx.Graph):
+            continue
+        for node in graph.nodes:
+            if node.op in ("placeholder", "output", "get_attr"):
+                continue
+            if node.op != "call_function":
+                raise PolicyRefused(f"{artifact} calls {node.op} {node.target}: not a pure tensor op a policy may "
+                                    "use")
+            if node.target in _PURE_PYTHON_TARGETS or node.target in pure_control_flow:
+                continue
+            _refuse_op(artifact, _export_op_name(node.target))
+
+
+def _refuse_code_run_at_load(path: Path) -> None:
+    """A TorchScript archive whose code defines __setstate__ runs it inside torch.jit.load, before any
+    graph could be checked: refused unread. The zip's every entry is read, duplicates included."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for entry in archive.infolist():
+                if entry.filename.endswith(".py") and re.search(rb"\b__setstate__\b", archive.read(entry)):
+                    raise PolicyRefused(f"{path.name} defines __setstate__, which runs as it loads: a policy may "
+                                        "not run code when loaded")
+    except (zipfile.BadZipFile, OSError, ValueError, RuntimeError) as exc:
+        raise HarnessError(f"unreadable policy artifact {path}: {exc}") from None
+
+
+@contextmanager
+def _weights_only_unpickling(torch, artifact: str):
+    """torch.export.load unpickles some payloads with plain pickle (pickle.loads, or torch.load with
+    weights_only=False after a weights-only try failed), which runs whatever the pickle names: while it
+    loads, every torch.load is the weights-only one and any other unpickling is refused."""
+    refusal = f"{artifact} holds a pickled object that is not plain tensors: a policy may not run code when loaded"
+
+    def weights_only_load(*args, **kwargs):
+        kwargs["weights_only"] = True
+        try:
+            return real_torch_load(*args, **kwargs)
+        except pickle.UnpicklingError:  # what weights_only raises for anything but tensors and containers
+            raise PolicyRefused(refusal) from None
+
+    def refuse(*args, **kwargs):
+        raise PolicyRefused(refusal)
+
+    real_torch_load, real_pickle_loads, real_pickle_load_obj = torch.load, pickle.loads, torch._C._pickle_load_obj
+    torch.load, pickle.loads, torch._C._pickle_load_obj = weights_only_load, refuse, refuse
+    try:
+        yield
+    finally:
+        torch.load, pickle.loads, torch._C._pickle_load_obj = real_torch_load, real_pickle_loads, real_pickle_load_obj
+
+
 # ---------------------------------------------------------------- the policy artifact
 class Policy:
     """A loaded artifact: maps an observation batch to an action batch (numpy in, numpy out).
 
     TorchScript (`policy.pt`, torch.jit.save) or torch.export (`policy.pt2`). Neither format
-    runs Python code from the candidate when loaded."""
+    runs Python code from the candidate when loaded (what could, is refused), and its graph is held to
+    ALLOWED_POLICY_OPS before it is first called: PolicyRefused names the first op that is not."""
 
     def __init__(self, path: str | os.PathLike):
         import torch
@@ -188,13 +397,27 @@ class Policy:
         if self.path.suffix not in POLICY_SUFFIXES:
             raise HarnessError(f"policy artifact must be .pt (TorchScript) or .pt2 (torch.export): {self.path}")
         self._torch = torch
+        exported = self.path.suffix == ".pt2"
+        if not exported:
+            _refuse_code_run_at_load(self.path)
         try:
-            if self.path.suffix == ".pt2":
-                self.module = torch.export.load(str(self.path)).module()
+            if exported:
+                with _weights_only_unpickling(torch, self.path.name):
+                    program = torch.export.load(str(self.path))
+                try:  # no guard function: it would be code built from the archive's strings
+                    self.module = program.module(check_guards=False)
+                except TypeError:  # a torch that has no guard function
+                    self.module = program.module()
             else:
                 with warnings.catch_warnings():  # TorchScript is deprecated upstream, still our format
                     warnings.simplefilter("ignore", DeprecationWarning)
                     self.module = torch.jit.load(str(self.path), map_location="cpu")
+            if exported:
+                check_export_policy(self.module, self.path.name)
+            else:
+                check_torchscript_policy(self.module, self.path.name)
+        except PolicyRefused:
+            raise
         except Exception as exc:  # torch raises many kinds for a corrupt archive
             first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise HarnessError(f"unreadable policy artifact {self.path}: {first_line}") from None
@@ -206,7 +429,9 @@ class Policy:
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         torch = self._torch
-        with torch.inference_mode():
+        # silenced: the only output a policy could make (aten::warn) goes nowhere
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             try:
                 out = self.module(torch.as_tensor(np.asarray(obs), dtype=torch.float32))
             except Exception as exc:
@@ -257,6 +482,7 @@ def _play_episodes(policy: Policy, env_id: str, episode_seeds: Sequence[int], pa
     Episode i always runs on its own env reset with episode_seeds[i]: results do not depend on
     how episodes are scheduled."""
     envs = [make_env(env_id) for _ in range(min(parallel, len(episode_seeds)))]
+    check_env_frozen(env_id)  # what this process imported is the frozen env (a worker imports it anew)
     returns = np.zeros(len(episode_seeds), dtype=np.float64)
     lengths = np.zeros(len(episode_seeds), dtype=np.int64)
     next_episode = 0
@@ -287,6 +513,7 @@ def _play_episodes(policy: Policy, env_id: str, episode_seeds: Sequence[int], pa
             observations[i] = obs
     for env in envs:
         env.close()
+    check_env_frozen(env_id)  # nor did it change while the episodes ran
     return returns, lengths
 
 
@@ -298,7 +525,7 @@ def _worker_play(args):
     try:
         return _play_episodes(load_policy(policy_path), env_id, episode_seeds, parallel)
     except HarnessError as exc:  # sent back as text: the class may not unpickle across processes
-        return str(exc)
+        return type(exc).__name__, str(exc)
 
 
 def interquartile_mean(values: np.ndarray) -> float:
@@ -348,8 +575,9 @@ def evaluate_policy(
         with ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn")) as pool:
             parts = list(pool.map(_worker_play, jobs))
         for part in parts:
-            if isinstance(part, str):
-                raise HarnessError(part)
+            if isinstance(part[0], str):  # (class name, message) of a worker's HarnessError
+                error = {"EnvChanged": EnvChanged, "PolicyRefused": PolicyRefused}.get(part[0], HarnessError)
+                raise error(part[1])
         returns = np.concatenate([p[0] for p in parts])
         lengths = np.concatenate([p[1] for p in parts])
     std = float(returns.std(ddof=1)) if episodes > 1 else 0.0
@@ -391,7 +619,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = evaluate_policy(args.policy, args.env, args.episodes, args.seed, workers=args.workers)
     except HarnessError as exc:
         print(f"evaluate.py: error: {exc}", file=sys.stderr)
-        return ENV_CHANGED_EXIT if isinstance(exc, EnvChanged) else 1
+        if isinstance(exc, EnvChanged):
+            return ENV_CHANGED_EXIT
+        return POLICY_REFUSED_EXIT if isinstance(exc, PolicyRefused) else 1
     line = json.dumps(result)
     if args.out:
         Path(args.out).write_text(line + "\n")

@@ -31,10 +31,11 @@ from pathlib import Path
 import modal
 
 from orchestrator.config import default_tag
-from orchestrator.modal_support import VOLUME_NAME
+from orchestrator.modal_support import VOLUME_NAME, container_settings
 from orchestrator.runners.modal_doctor import format_report
 from orchestrator.runners.modal_experiment import git_archive, one_experiment
-from orchestrator.runners.modal_functions import TRAIN_CPU, TRAIN_GPU, app, configured, gpu_doctor, night_daemon
+from orchestrator.runners.modal_functions import (TRAIN_CPU, TRAIN_GPU, app, configured, exact_gpu, gpu_doctor,
+                                                 night_daemon)
 from orchestrator.runners.modal_night import (BUILD_LOG_NAME, checkout_bundle, daemon_command, local_timezone,
                                               output_saved_to)
 
@@ -66,7 +67,7 @@ def start_night(env_id: str = "BipedalWalker-v3", tag: str = "", run_args: str =
         with output_saved_to(build_log):  # the image build (minutes the first time) and its log, kept
             night_app.enter_context(app.run(name=f"autorl night {tag}", detach=True))  # detached: outlives us
             function = night_daemon.with_options(secrets=[modal.Secret.from_name(secret)]) if secret else night_daemon
-            call = function.spawn(bundle, env_id, tag, run_args, identity, tz or local_timezone())
+            call = function.spawn(bundle, env_id, tag, run_args, identity, tz or local_timezone(), container_settings())
         print(f"the image build's output is in {build_log}")
         print(f"night {tag!r} started on Modal (function call {call.object_id}); results go to the volume "
               f"{VOLUME_NAME} after every experiment.\n"
@@ -89,7 +90,7 @@ def check_gpu(gpu: str = "", budget: float = 20.0):
     CUDA major each is built for), and this checkout's train.py (HEAD) trained on CartPole for
     --budget seconds on the host path and on the jax-e2e path, with the device each used; exits 1
     on any problem. --gpu: the GPU type (default AUTORL_MODAL_GPU)."""
-    function = gpu_doctor.with_options(gpu=gpu or TRAIN_GPU, cpu=TRAIN_CPU)
+    function = gpu_doctor.with_options(gpu=exact_gpu(gpu or TRAIN_GPU), cpu=TRAIN_CPU)
     print(f"GPU {gpu or TRAIN_GPU}: building the image (minutes the first time), then about two minutes ...")
     with app.run():  # (modal run shows Modal's output: the image build and its log)
         report = function.remote(git_archive(ROOT), budget)

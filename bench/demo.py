@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     night = subprocess.run([sys.executable, "-m", "orchestrator", "run", "--env", problem.env_id,
                             "--budget", f"{problem.budget_s:g}", "--tag", tag, "--from", start,
                             "--agent", "optuna", "--phases", "train", "--max-experiments", str(args.experiments),
+                            "--rescore", "0",  # rescored below, on 100 fresh evaluation episodes
                             "--grace", str(DEMO_GRACE_S),
                             *problem.run_args], cwd=REPO)
     if night.returncode != 0:

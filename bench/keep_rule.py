@@ -2,11 +2,15 @@
 (orchestrator/keep_rule_simulation.py: the incumbent rebuilt from rows and exp folders as on
 resume, TrainPhase.judge_round, decision.json, the rows' order; only the scores are synthetic).
 
-    python bench/keep_rule.py [--trials 4000] [--candidate-sd 1,3,5,8] [--parallel K] [--workers 2]
+    python bench/keep_rule.py [--trials 4000] [--candidate-sd 1,3,5,8] [--copy-jitter 0,0.01,0.03] [--parallel K] [--workers 2]
 
 1. Null nights by candidate noise: 12 candidates as good as the start, each with a seed-to-seed sd
    R times the start's (R < 1: a noisy start, as a detune that makes training unstable gives, among
    quieter candidates); prints `R x: null nights keeping something X%` (the promise: X <= 5).
+   Then seed-copying candidates (a train.py that pins its own seed: its confirmations copy its first
+   run, exactly or within a jitter of J sigma): `copies within J sigma: null nights keeping something X%`.
+   The measured case (a seed-pinned Pendulum candidate: -138.3, -137.3, -138.3 where the start's
+   seeds differ by 44) is about 0.1 x the evaluation's standard error: 0.01 sigma at --se 0.1.
 2. Power: a +4 sigma gain as the first of 12 candidates at equal noise, how often the night keeps
    it, and the runs per candidate; the same over a start 10x noisier than its candidates, and +3
    sigma as the third candidate there (what re-measuring a noisy start is for).
@@ -53,6 +57,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=4000, help="nights per line of part 1 and 2")
     parser.add_argument("--candidate-sd", default="0.1,0.3,1,3,5,8", help="candidates' seed sd, in multiples of the start's")
+    parser.add_argument("--copy-jitter", default="0,0.01,0.03",
+                        help="seed-copying candidates: how far (sigmas) their confirmations stray from their first run")
     parser.add_argument("--se", type=float, default=0.1, help="evaluation standard error, in sigmas")
     parser.add_argument("--baselines", type=int, default=BASELINE_RUNS)
     parser.add_argument("--parallel", type=int, default=1, help="candidates per round (the daemon's --parallel)")
@@ -69,6 +75,12 @@ def main() -> int:
             print(f"{ratio:g} x: null nights keeping something {100 * s.false_keep_nights:.1f}%  "
                   f"(runs per candidate {s.runs_per_candidate:.2f}, start re-measured {s.start_remeasures:.2f} "
                   f"runs a night)", flush=True)
+        for jitter in [float(j) for j in args.copy_jitter.split(",") if j]:
+            s = nights(pool, args.workers, args.trials, seed=300 + int(jitter * 100), gains=[0.0] * 12,
+                       copy_jitter=jitter, **common)
+            print(f"copies within {jitter:g} sigma ({jitter / args.se:g} x the eval se): null nights keeping something "
+                  f"{100 * s.false_keep_nights:.1f}%  "
+                  f"(runs per candidate {s.runs_per_candidate:.2f})", flush=True)
         power = nights(pool, args.workers, args.trials, seed=4, gains=[4.0] + [0.0] * 11, **common)
         print(f"power: a +4 sigma gain first of 12 candidates at equal noise is kept in {100 * power.found:.1f}% "
               f"of nights (runs per candidate {power.runs_per_candidate:.2f})", flush=True)

@@ -73,7 +73,7 @@ class Problem:
     budget_s: float
     detune: dict = field(default_factory=dict)   # constant -> value in the start's train.py
     why: str = ""
-    run_args: tuple = ()                          # e.g. ("--no-setup-verify",): the host path
+    run_args: tuple = ()                          # e.g. ("--no-setup-verify",): the jax-host path
 
 
 # A detune must cost score however fast the machine is (they differ 2x from day to day): a learning
@@ -87,10 +87,10 @@ PROBLEMS = {p.name: p for p in (
             "jax-e2e, a short discount (0.99 -> 0.8): the swing-up's horizon is cut to 5 steps (-577 vs -171)"),
     Problem("acrobot-gamma", "Acrobot-v1", 10, {"GAMMA": 0.9},
             "jax-e2e, a short discount (0.99 -> 0.9): the sparse -1 reward's horizon is cut"),
-    # (Nov 25, 2 cores: its 4 baselines and 6 candidates all scored 500.0; the host path now needs
+    # (Nov 25, 2 cores: its 4 baselines and 6 candidates all scored 500.0; the host path then needed
     # a stronger detune to measure anything)
     Problem("cartpole-host-epochs", "CartPole-v1", 30, {"UPDATE_EPOCHS": 1, "LEARNING_RATE": 1e-4},
-            "host path (--no-setup-verify), one epoch and a 3x lower learning rate", ("--no-setup-verify",)),
+            "jax-host path (--no-setup-verify), one epoch and a 3x lower learning rate", ("--no-setup-verify",)),
     Problem("cartpole-shipped", "CartPole-v1", 10, {}, "jax-e2e, the shipped train.py: nothing to gain"),
 )}
 SEARCHERS = ("optuna", "tpe", "random", "none")
@@ -170,7 +170,7 @@ def run_night(root: Path, problem: Problem, searcher: str, experiments: int, scr
     clone, start = clone_with_start(root, problem)
     tag = f"night-{searcher}"
     args = [sys.executable, "-m", "orchestrator", "run", "--env", problem.env_id, "--budget", f"{problem.budget_s:g}",
-            "--tag", tag, "--phases", "train", *problem.run_args]
+            "--tag", tag, "--phases", "train", "--rescore", "0", *problem.run_args]  # rescored below, alike
     args += ["--max-hours", f"{minutes / 60:g}"] if minutes else ["--max-experiments", str(experiments)]
     if searcher == "none":   # a timed night must not run out of retrains: each takes at least a budget
         retrains = int(minutes * 60 / problem.budget_s) + 1 if minutes else experiments
@@ -234,7 +234,7 @@ def rescore(clone: Path, commit: str, env_id: str, budget_s: float, seeds: list[
             run_args: tuple, verify_cache: Path | None) -> list[float]:
     """Train `commit`'s train.py on each fresh seed and score it with the harness (fresh eval seeds),
     on the backends `verify_cache` holds verified (the night's: every rescoring of a problem then
-    takes the path its night took; None with --no-setup-verify: the host path)."""
+    takes the path its night took; None with --no-setup-verify: the jax-host path)."""
     scores = []
     work = root / f"rescore-{commit[:8]}"
     shutil.rmtree(work, ignore_errors=True)

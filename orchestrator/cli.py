@@ -112,7 +112,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--until", metavar="HH:MM", help="stop before this local time")
     run.add_argument("--max-hours", type=_positive_float, metavar="H", help="stop after H hours")
     run.add_argument("--max-cost", type=_positive_float, metavar="USD",
-                     help="stop once the run's agent cost reaches this")
+                     help="stop once the run's cost (the agent's, and compute on Modal) reaches this")
     run.add_argument("--resume", action="store_true", help="continue an existing run (after a stop or crash)")
     run.add_argument("--from", dest="from_ref", metavar="REF",
                      help="a new run's branch starts from REF (e.g. autorl/<tag>: an earlier run's best) "
@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--modal-price-table", metavar="FILE.json",
                        help="modal: a JSON file of USD per hour per GPU type and per CPU core (\"cpu_core\"), e.g. "
                             "{\"H100\": 3.95, \"cpu_core\": 0.047}; it overrides the built-in table")
+    run.add_argument("--rescore", type=int, default=2, metavar="K",
+                     help="at the end, train the start and the best again on K fresh seeds and lead the summary with "
+                          "that out-of-sample gain (default 2; 0: none)")
     walls = run.add_argument_group("walls around candidate code")
     walls.add_argument("--sandbox", choices=("auto", "require", "off"),
                        help="bubblewrap sandbox for train/eval/verify/bench and the agent's run tool: auto (default; "
@@ -163,8 +166,11 @@ def build_parser() -> argparse.ArgumentParser:
                      help="evaluation processes (default: evaluate.py's choice)")
     adv.add_argument("--eval-timeout", type=_positive_float, default=1800.0, metavar="SECONDS")
     adv.add_argument("--grace", type=_positive_float, metavar="SECONDS",
-                     help="the budget's allowance: train.py's artifact is due, and the run killed (recorded invalid), "
-                          "at budget + this (default max(10, 5%% of budget))")
+                     help="the kill deadline past the budget for a run that hangs (default max(10, 5%% of budget)); "
+                          "the artifact itself is due --export-margin past the budget")
+    adv.add_argument("--export-margin", type=_positive_float, metavar="SECONDS",
+                     help="how long past the budget train.py's artifact may still be completed (default 3); "
+                          "later is invalid: the budget is exact")
     adv.add_argument("--backoff", type=_positive_float, default=5.0, metavar="SECONDS",
                      help="first retry delay after an agent error (doubles, capped at 300 s)")
     adv.add_argument("--repo", type=Path, help="the checkout (default: the git repository around cwd)")
@@ -208,6 +214,9 @@ def build_parser() -> argparse.ArgumentParser:
                             description="Write results/<tag>/progress.png and report.html and print the summary.")
     report.add_argument("--tag", help="the run (default: the latest)")
     report.add_argument("--open", action="store_true", help="open report.html in a browser")
+    report.add_argument("--rescore", type=int, metavar="K",
+                        help="first train the start and the best again on K fresh seeds (a finished run: its "
+                             "runner, harness and verdicts); the summary leads with that out-of-sample gain")
     report.add_argument("--repo", type=Path, help=argparse.SUPPRESS)
 
     transfer = sub.add_parser(
@@ -303,13 +312,13 @@ def _run(args) -> int:
                         max_cost=args.max_cost, backoff_base_s=args.backoff)
         options = Options(
             env_id=args.env_id, tag=args.tag, agent=args.agent, resume=args.resume, budget_s=args.budget_s,
-            grace_s=args.grace, eval_episodes=args.eval_episodes, eval_timeout_s=args.eval_timeout,
+            grace_s=args.grace, export_margin_s=args.export_margin, eval_episodes=args.eval_episodes, eval_timeout_s=args.eval_timeout,
             eval_workers=args.eval_workers, phases=args.phases, schedule=args.schedule, limits=limits,
             repair_rounds=args.repair_rounds, target_speedup=args.target_speedup,
             translate_patience=args.translate_patience, translate_lang=args.translate_lang,
             bench_seconds=args.bench_seconds, setup_verify=args.setup_verify, runner=args.runner,
             parallel=args.parallel, runner_options=_runner_options(args), screen=args.screen, baselines=args.baselines,
-            sandbox=args.sandbox, max_output_mb=args.max_output_mb,
+            sandbox=args.sandbox, max_output_mb=args.max_output_mb, rescore_seeds=max(0, args.rescore),
             repo=args.repo, agent_args=args)
         return start(options, make_agent, dict(os.environ), from_ref=args.from_ref)
     except (RunError, WorkspaceError) as exc:
@@ -395,6 +404,16 @@ def _report(args) -> int:
     except (LookupError, WorkspaceError) as exc:
         print(f"autorl: error: {exc}", file=sys.stderr)
         return 1
+    if args.rescore:
+        from .config import RunError
+        from .setup import rescore_run
+
+        try:
+            if rescore_run(args.repo, run_dir.name, args.rescore) is None:
+                print("autorl: nothing to rescore: the start is still the best", file=sys.stderr)
+        except (RunError, WorkspaceError) as exc:
+            print(f"autorl: error: {exc}", file=sys.stderr)
+            return 1
     try:
         night = report.write(run_dir)
     except (OSError, ValueError, KeyError) as exc:

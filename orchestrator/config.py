@@ -14,14 +14,21 @@ from typing import Callable, Optional
 
 BASELINE_RUNS = 4       # runs of the start commit (--baselines): the best's first mean and the noise's first
                         # measure; with 2, a 5%-per-night rule cannot confirm 3 sigma (bench/nights.py, README)
+FIRST_CONFIRM_SEED = 10_000  # confirmation seeds from here on (keep_rule.first_confirmation_seed): far above
+                             # every baseline and start re-measure seed (1 .. 2 x --baselines)
+
+
+# How long past its budget an artifact may still be completed (--export-margin): train.py stops launching
+# updates at the budget, then exports (a TorchScript save: well under a second), and the daemon looks at
+# the file every 0.5 s. Later than this it trained on time it was not given.
+EXPORT_MARGIN_S = 3.0
 
 
 def budget_allowance(budget_s: float) -> float:
-    """The default allowance past the budget (--grace): train.py's clock starts with its process, so
-    this covers the export of the artifact and its check after the last update, and a compile that
-    a loaded machine drew out past the deadline (10 s: on 2 busy cores the shipped train.py's cold
-    JAX compile took over 10 s). Small on purpose: a train.py that stretches its own budget (2.5x at
-    10 s) is killed and recorded `invalid`."""
+    """The default kill deadline past the budget (--grace), for a run that hangs after or instead of
+    exporting: its artifact is due by EXPORT_MARGIN_S, and this leaves time for the export's check and
+    the process's exit on a loaded machine. Small on purpose: a train.py that stretches its own budget
+    (2.5x at 10 s) is killed and recorded `invalid`."""
     return max(10.0, 0.05 * budget_s)
 
 
@@ -35,7 +42,7 @@ class RunConfig:
     tag: str
     env_id: str
     budget_s: float
-    grace_s: float                        # the budget's allowance: the artifact is due (and train.py killed) at budget + this
+    grace_s: float                        # the kill deadline past the budget, for a run that hangs
     eval_episodes: int
     eval_seed: int                        # held out: drawn at setup, kept only in run.json
     train_seeds: list[int]
@@ -60,6 +67,8 @@ class RunConfig:
     # walls around candidate code
     sandbox: str = "auto"                 # auto / require / off (recorded: a run with off says so)
     max_output_mb: float = 1024.0         # what an experiment may write into AUTORL_OUTPUT_DIR
+    # the budget is exact: an artifact completed later than budget + this is invalid (--export-margin)
+    export_margin_s: float = EXPORT_MARGIN_S
     # translate phase
     repair_rounds: int = 3
     target_speedup: float = 100.0
@@ -103,6 +112,7 @@ class Options:
     resume: bool = False
     budget_s: Optional[float] = None
     grace_s: Optional[float] = None
+    export_margin_s: Optional[float] = None
     eval_episodes: Optional[int] = None
     eval_timeout_s: float = 1800.0
     eval_workers: Optional[int] = None
@@ -122,6 +132,7 @@ class Options:
     sandbox: Optional[str] = None             # auto (default) / require / off
     max_output_mb: Optional[float] = None     # default 1024
     limits: Limits = field(default_factory=Limits)
+    rescore_seeds: int = 2                    # --rescore K: the start and the best on K fresh seeds at the end
     repo: Optional[Path] = None
     agent_args: object = None                 # the argparse namespace, for the agent factory
     runner_factory: Optional[Callable] = None  # tests: build the runner (e.g. Modal against a fake)

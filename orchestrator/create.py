@@ -27,7 +27,7 @@ from .daemon import RunLock, lock_holder, log, setup_logging
 from .envcheck import Check, CheckReport
 from .envfolder import ENVS, NAME_PATTERN, env_id_for
 from .results import read_json, utc_now
-from .sandbox import Sandbox, Walls
+from .sandbox import Sandbox, Walls, agent_walls_problem
 from .workspace import Workspace, WorkspaceError, disallowed, repo_root
 
 PROMPT_FILE = "create.md"             # the protocol and the checks, program-style (the human may edit it)
@@ -110,6 +110,9 @@ def create(request: CreateRequest, agent_factory: Callable, environ: dict) -> in
         agent = agent_factory(request.agent_args, folder.path)
     except Exception as exc:
         raise RunError(f"cannot start the {agent_name} agent: {exc}") from None
+    walls_problem = agent_walls_problem(request.sandbox, agent_name)
+    if walls_problem:
+        raise RunError(walls_problem)
     prompt = _prompt_text(root, name, request.description)
     running = lock_holder(folder.path)
     if running:

@@ -69,20 +69,37 @@ decision.json: the exp of the keep that began it), so one judged in the round of
 lowers the new stretch's level, and one interrupted while confirming has spent its level all the same.
 bench/keep_rule.py measures the error rates and the cost by driving the loop's own round and
 bookkeeping (orchestrator/keep_rule_simulation.py) on synthetic scores.
+
+All of this treats a candidate's runs as independent draws, which holds only if train.py seeds
+everything from AUTORL_SEED. A train.py that pins its own seed exports the same policy on every
+"seed" (or nearly: a wall-clock budget lets each run make a slightly different number of
+updates), and its confirmations would confirm nothing: with such candidates, 12-candidate null
+nights kept something in a third of them. So runs of one candidate that copy each other count as
+one run (`seed_copies`): the same artifact (policy.pt's sha256), or scores spread implausibly
+little against the night's sigma and the evaluation's standard error alike (chi-square lower tails
+below COPY_ALPHA; the se spares a fix far quieter than a noisy start). Such a candidate is
+judged as one run (its mean, the one-run prior) and never confirmed again (its confirmations would
+copy it too), its row says `train.py ignores AUTORL_SEED: ...`, and its runs join the noise
+estimate as one run. Copies that differ a little pass that test on few runs, so a keep on runs
+closer than independent seeds mostly are (below KEEP_INDEPENDENCE) waits for one more run. Confirmation seeds are fresh (`first_confirmation_seed`): from
+config.FIRST_CONFIRM_SEED on, far from every baseline and start seed, MAX_RUNS - 1 of them
+reserved per experiment number, so no seed of a confirmation was seen by an earlier run.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass, field
+import zipfile
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
-from scipy import stats
+from scipy import special, stats
 
-from .config import BASELINE_RUNS
-from .results import Row, RunFolder, read_json
+from .artifacts import find_policy
+from .results import ExpFolder, Row, RunFolder, read_json
 
 NIGHT_ALPHA = 0.05                             # false keeps allowed per stretch of candidates between keeps
 LOOK_SHARES = (0.01, 0.09, 0.20, 0.30, 0.40)   # how a candidate's level is split over its looks (sum 1)
@@ -93,6 +110,18 @@ MIN_SIGMA = 1e-9       # sigma when every run and every evaluation agree exactly
 BEST_SPREAD_LEVEL = 0.05   # the best is judged at its own spread when that is this significantly wider
 START_RUNS_FACTOR = 2      # a noisy start is re-measured up to this many times its baselines' runs
 MAX_LOST_START_RUNS = 3    # interrupted re-measures of the start (a killed daemon, lost runs) that end them
+# Runs of one candidate are taken for copies when their spread is this improbable for independent
+# seeds at the night's sigma and at the evaluation's standard error alike (chi-square lower tails):
+# judged as one run at once (in practice discarded), a false flag at most 0.1% of a candidate's looks.
+COPY_ALPHA = 0.001
+# A keep needs runs that spread at least as much as independent seeds' do this often (the same two
+# tails); closer runs are confirmed once more first, and still that close at the last run, judged as
+# one. Copies that differ a little (a wall-clock budget's extra updates: 0.3 x the evaluation's se)
+# slip past COPY_ALPHA on two or three runs, and kept 12% of simulated null nights without this; with
+# it 2.5%. Its cost falls on candidates so stable that their seeds differ by no more than the
+# evaluation's se: a +4 sigma gain over a start 10x noisier, kept in 90% of nights instead of 95%
+# (bench/keep_rule.py). Honest candidates at the night's noise spread far above the se: never held.
+KEEP_INDEPENDENCE = 0.1
 
 
 def candidate_alpha(k: int) -> float:
@@ -108,9 +137,96 @@ def got_past_first_look(looks: list[dict]) -> bool:
 
 
 def confirmation_seed(first: int, k: int) -> int:
-    """The train seed of a candidate's confirmation run k (1, 2, ...): `first` (the run's
-    confirm_seed), then the next seeds."""
+    """The train seed of a candidate's confirmation run k (1, 2, ...): `first` (the candidate's
+    first_confirmation_seed), then the next seeds."""
     return first + k - 1
+
+
+def first_confirmation_seed(night_first: int, exp: int) -> int:
+    """The seed of experiment `exp`'s first confirmation run: each experiment number has MAX_RUNS - 1
+    seeds of its own from `night_first` (the run's confirm_seed) on, so no candidate's confirmation
+    repeats a seed an earlier run of the night trained with (baselines and start runs use seeds
+    below it)."""
+    return night_first + (exp - 1) * (MAX_RUNS - 1)
+
+
+def artifact_sha256(run_folder: ExpFolder) -> str:
+    """The content hash of the policy artifact a run left in its out/ folder ("" when there is none):
+    equal for two exports of the same policy (`policy_sha256`)."""
+    policy = find_policy(run_folder.out)
+    if policy is None:
+        return ""
+    stat = policy.stat()
+    return policy_sha256(str(policy), stat.st_size, stat.st_mtime_ns)
+
+
+# Members of a TorchScript / torch.export archive that differ between two saves of the same policy:
+# the source ranges name the file it was scripted from (each run trains in a snapshot folder of its
+# own), and every save draws a fresh serialization id
+_SAVE_SPECIFIC = (".debug_pkl", "/.data/serialization_id")
+
+
+@lru_cache(maxsize=4096)
+def policy_sha256(path: str, size: int = 0, mtime_ns: int = 0) -> str:
+    """sha256 of a policy artifact's content: for a zip archive (policy.pt, policy.pt2) its members by
+    name within the archive, without what differs between saves of one policy; else the file's bytes.
+    (size and mtime: the cache's key, so that every round does not hash every run's artifact again.)"""
+    digest = hashlib.sha256()
+    if zipfile.is_zipfile(path):
+        with zipfile.ZipFile(path) as archive:
+            members = sorted((info.filename.split("/", 1)[-1], info) for info in archive.infolist()
+                             if not info.is_dir() and not info.filename.endswith(_SAVE_SPECIFIC))
+            for name, info in members:
+                data = archive.read(info)
+                digest.update(f"{name}\0{len(data)}\0".encode())
+                digest.update(data)
+        return digest.hexdigest()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def copy_evidence(scores: Sequence[float], sigma: float, ses: Sequence[float] = (),
+                  artifacts: Sequence[str] = ()) -> tuple[float, str]:
+    """How plausible it is that a candidate's runs (their scores, evaluation standard errors and
+    artifact hashes, "" for unknown) trained with seeds of their own: (p, why), p the chance that
+    independent seeds spread this little, 0 when two runs exported the same artifact, 1 when their
+    scores cannot tell.
+
+    The spread: (n - 1) s^2 / sigma^2 ~ chi2(n - 1) at seed-to-seed sd `sigma`, and (where `ses` are
+    known) the same against their RMS, the evaluation's resolution; p is the larger of the two lower
+    tails, so runs count as close only when they are closer than the night's seeds *and* closer than
+    the evaluation resolves (a candidate far quieter than a noisy start, a fix, still differs by about
+    the evaluation's noise; copies agree well inside it, playing its episodes nearly alike). Equal
+    scores whose every evaluation had no spread (se 0: every episode returned the same, a policy at the
+    env's ceiling) tell nothing: independent seeds tie there too, so only the artifacts do."""
+    n = len(scores)
+    if n < 2:
+        return 1.0, ""
+    known = [a for a in artifacts if a]
+    distinct = len(set(known))
+    if len(known) == n and distinct < n:
+        what = "the same policy" if distinct == 1 else f"only {distinct} different policies"
+        return 0.0, f"train.py ignores AUTORL_SEED: {n} runs exported {what} (policy.pt sha256 {known[0][:12]})"
+    if len(set(scores)) == 1 and len(ses) == n and all(se == 0 for se in ses):
+        return 1.0, ""
+    mean = sum(scores) / n
+    squares = sum((x - mean) ** 2 for x in scores)
+    p = _chi2_cdf(squares / max(sigma, MIN_SIGMA) ** 2, n - 1)
+    eval_se = math.sqrt(sum(se * se for se in ses) / len(ses)) if ses else 0.0
+    if eval_se > 0:
+        p = max(p, _chi2_cdf(squares / eval_se ** 2, n - 1))
+    return p, (f"train.py ignores AUTORL_SEED: {n} runs within {max(scores) - min(scores):.3g} of each other "
+               f"where seeds differ by {sigma:.3g}")
+
+
+def seed_copies(scores: Sequence[float], sigma: float, ses: Sequence[float] = (),
+                artifacts: Sequence[str] = ()) -> Optional[str]:
+    """Why a candidate's runs copy each other rather than train with their own seeds (the same
+    artifact, or a spread below `copy_evidence`'s COPY_ALPHA), or None."""
+    p, why = copy_evidence(scores, sigma, ses, artifacts)
+    return why if p < COPY_ALPHA else None
 
 
 @dataclass
@@ -121,6 +237,7 @@ class ScoredRun:
     score: float
     se: float = 0.0        # the harness's standard error of the mean over its episodes
     label: str = ""        # where it came from (exp 0 run 1, exp 3 confirm, ...)
+    artifact: str = ""     # sha256 of its policy artifact ("" unknown): copies export the same one
 
 
 @dataclass
@@ -132,11 +249,16 @@ class Noise:
     floor: float                         # RMS of the evaluation standard errors
     groups: list[list[ScoredRun]] = field(default_factory=list)   # groups of 2+ runs of the same code
     best_code: Optional[str] = None      # the code of the best to beat (its group is its own runs)
+    candidate_se: tuple = ()             # the evaluation standard errors of the candidate's runs (`including`)
 
     def including(self, runs: list[ScoredRun] = (), extra_se: list[float] = ()) -> "Noise":
-        """The estimate with more runs (a candidate's: one run alone joins no group), the floor
-        also over `extra_se` (the candidate's evaluation standard error)."""
-        return estimate([r for g in self.groups for r in g] + list(runs), list(extra_se), self.best_code)
+        """The estimate with more runs (one candidate's: one run alone joins no group; runs that
+        copy each other join as one), the floor also over `extra_se` (the candidate's evaluation
+        standard errors, kept for its look: `seed_copies` reads them)."""
+        noise = estimate([r for g in self.groups for r in g] + independent_runs(list(runs), self.sigma),
+                         list(extra_se), self.best_code)
+        noise.candidate_se = tuple(extra_se)
+        return noise
 
     def wider_spread_of(self, code: Optional[str]) -> Optional[tuple[float, int]]:
         """(sample variance, df) of the runs of `code` when they spread significantly wider than
@@ -168,6 +290,17 @@ def _squares(group: list[ScoredRun]) -> float:
     return sum((r.score - mean) ** 2 for r in group)
 
 
+def _chi2_cdf(x: float, df: int) -> float:
+    return float(special.gammainc(df / 2, x / 2))   # chi-square's cdf, without scipy.stats' overhead
+
+
+def independent_runs(runs: list[ScoredRun], sigma: float) -> list[ScoredRun]:
+    """One candidate's runs as evidence: all of them, or only the first when they copy each other
+    (`seed_copies` at the night's `sigma`)."""
+    copied = seed_copies([r.score for r in runs], sigma, [r.se for r in runs], [r.artifact for r in runs])
+    return runs[:1] if copied else runs
+
+
 def estimate(runs: list[ScoredRun], extra_se: Optional[list[float]] = None, best_code: Optional[str] = None) -> Noise:
     """Pool the within-code variance over every code with two runs or more (distinct seeds; the
     latest run of a seed counts). The floor is the RMS of the evaluation standard errors of these
@@ -194,12 +327,16 @@ def night_noise(rows: list[Row], folder: RunFolder, train_seeds: list[int], conf
     seed = train_seeds[0]
     runs: list[ScoredRun] = []
 
-    def add(code: str, seed: int, run_folder, label: str) -> None:
+    def scored(code: str, seed: int, run_folder, label: str) -> list[ScoredRun]:
         result = read_json(run_folder.eval_json)
         try:
-            runs.append(ScoredRun(code, seed, float(result["mean"]), float(result.get("se") or 0.0), label))
+            return [ScoredRun(code, seed, float(result["mean"]), float(result.get("se") or 0.0), label,
+                              artifact_sha256(run_folder))]
         except (KeyError, TypeError, ValueError):
-            pass
+            return []
+
+    def add(code: str, seed: int, run_folder, label: str) -> None:
+        runs.extend(scored(code, seed, run_folder, label))
 
     best_code, baselines = "exp 0", 0
     for row in rows:
@@ -212,10 +349,12 @@ def night_noise(rows: list[Row], folder: RunFolder, train_seeds: list[int], conf
         elif row.status == "baseline":
             add(best_code, seed, exp_folder, f"exp {row.exp} re-baseline")
         else:
-            add(f"exp {row.exp}", seed, exp_folder, f"exp {row.exp}")
+            code, first = f"exp {row.exp}", first_confirmation_seed(confirm_seed, row.exp)
+            candidate = scored(code, seed, exp_folder, code)
             for k, confirmation in enumerate(exp_folder.confirmations(), 1):
-                add(f"exp {row.exp}", confirmation_seed(confirm_seed, k), confirmation,
-                    f"exp {row.exp} confirm {k}")
+                candidate += scored(code, confirmation_seed(first, k), confirmation, f"{code} confirm {k}")
+            # copies count as one run, judged against the night as it stood before them (as its look was)
+            runs.extend(independent_runs(candidate, estimate(runs, [r.se for r in candidate]).sigma))
             if row.status == "keep":
                 best_code = f"exp {row.exp}"
     return estimate(runs, best_code=best_code)
@@ -311,11 +450,41 @@ def welch_df(parts: list[tuple[float, int]]) -> float:
     return total * total / spread if spread > 0 else float(max(min(df for _, df in parts), 1))
 
 
-def look(scores: list[float], best: float, noise: Noise, best_runs: int = 0, alpha: float = NIGHT_ALPHA) -> Decision:
-    """After a candidate's n-th run (`scores` are its n scores; `noise` is the night's estimate
-    from every run but these, its floor over their evaluation standard errors too), against
-    `best`, the mean of `best_runs` runs (0: a reference known exactly), at the candidate's level
-    `alpha`: keep, discard, or confirm once more."""
+def look(scores: list[float], best: float, noise: Noise, best_runs: int = 0, alpha: float = NIGHT_ALPHA,
+         artifacts: Sequence[str] = ()) -> Decision:
+    """After a candidate's n-th run (`scores` are its n scores, `artifacts` their policies' sha256
+    where known; `noise` is the night's estimate from every run but these, its floor over their
+    evaluation standard errors too), against `best`, the mean of `best_runs` runs (0: a reference
+    known exactly), at the candidate's level `alpha`: keep, discard, or confirm once more.
+    Runs that copy each other (`copy_evidence` below COPY_ALPHA) are judged as one run, their mean,
+    and not confirmed again: more runs would copy it too. A keep on runs that spread less than
+    independent seeds would with probability KEEP_INDEPENDENCE waits for one more run (the last
+    allowed one: judged as one run): copies that differ a little are kept there otherwise."""
+    p_independent, copied = copy_evidence(scores, noise.sigma, noise.candidate_se, artifacts)
+    if p_independent < COPY_ALPHA:
+        return _as_one_run(copied, scores, best, noise, best_runs, alpha)
+    decision = _look(scores, best, noise, best_runs, alpha)
+    if decision.action != "keep" or p_independent >= KEEP_INDEPENDENCE:
+        return decision
+    # Kept on runs closer than most independent seeds are: not yet (copies would be kept here)
+    close = (f"its {len(scores)} runs agree more closely than independent seeds do "
+             f"{100 * (1 - p_independent):.0f}% of the time")
+    if len(scores) >= MAX_RUNS:
+        return _as_one_run(f"{copied} ({close})", scores, best, noise, best_runs, alpha)
+    return replace(decision, action="confirm", note=f"{close}: confirm before keeping ({decision.note})")
+
+
+def _as_one_run(copied: str, scores: list[float], best: float, noise: Noise, best_runs: int, alpha: float) -> Decision:
+    """Runs that copy each other judged as one run, their mean, and not confirmed again: more runs
+    would copy it too."""
+    one = _look([sum(scores) / len(scores)], best, noise, best_runs, alpha)
+    if one.action == "keep":
+        return replace(one, note=f"{copied}; judged as one run, it {one.note}")
+    return replace(one, action="discard", note=f"{copied}; judged as one run: {one.note.replace(': confirm', '')}")
+
+
+def _look(scores: list[float], best: float, noise: Noise, best_runs: int, alpha: float) -> Decision:
+    """`look` for runs taken as independent."""
     n = len(scores)
     mean = sum(scores) / n
     sigma2 = noise.sigma ** 2

@@ -7,8 +7,11 @@ resumed daemon rebuilds it), the round is judged by `TrainPhase.judge_round` (it
 answered with synthetic runs), decision.json is written by `decision_record` and the rows go in
 `concluding_order`. Only the runner is synthetic: a run's score is the candidate's true mean plus
 normal seed noise (sd `sigma` for the start, `candidate_sd` x sigma for candidates), with the
-harness's standard error `se`, written where the runner writes eval.json. The files live in a
-scratch folder (in memory where /dev/shm exists).
+harness's standard error `se`, written where the runner writes eval.json, with a policy.pt of the
+run's own. A seed-copying candidate (`copy_jitter`, a train.py that pins its own seed) has
+confirmations that copy its first run: the same score and policy.pt (0), or its score plus normal
+jitter of sd copy_jitter x sigma (a wall-clock budget's slightly different number of updates). The
+files live in a scratch folder (in memory where /dev/shm exists).
 
 The scores and the gains come from independent random streams: a night's gains (drawn by the
 caller or given) never share a generator with its seed noise.
@@ -19,12 +22,12 @@ import json
 import random
 import shutil
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
-from .config import BASELINE_RUNS
-from .keep_rule import start_needs_run, write_decision
+from .config import BASELINE_RUNS, FIRST_CONFIRM_SEED
+from .keep_rule import first_confirmation_seed, start_needs_run, write_decision
 from .phases import TrainPhase, concluding_order, decision_record, incumbent_of, judge
 from .results import ExpFolder, Row, RunFolder
 from .runners.base import Measurement
@@ -52,10 +55,12 @@ def scratch_root() -> Path:
 
 def simulate_nights(gains: Gains, trials: int, seed: int = 0, sigma: float = 1.0, se: float = 0.0,
                     baselines: int = BASELINE_RUNS, candidate_sd: float = 1.0, parallel: int = 1,
-                    root: Optional[Path] = None) -> SimulatedNights:
+                    root: Optional[Path] = None, copy_jitter: Optional[float] = None) -> SimulatedNights:
     """`trials` nights: `baselines` runs of the start, then the candidates (true score the start's +
     gains[j] * sigma; `gains` a list, or a function drawing one per night from its own generator),
-    `parallel` per round, each judged against the best so far as the loop judges it."""
+    `parallel` per round, each judged against the best so far as the loop judges it. `copy_jitter`
+    (None: honest candidates): every candidate's confirmations copy its first run, within that
+    jitter (in sigmas; 0: exact copies)."""
     gain_stream, noise_stream = random.Random(f"gains {seed}"), random.Random(f"noise {seed}")
     own_root = root is None
     root = scratch_root() if own_root else Path(root)
@@ -64,7 +69,7 @@ def simulate_nights(gains: Gains, trials: int, seed: int = 0, sigma: float = 1.0
         for trial in range(trials):
             night_gains = list(gains(gain_stream) if callable(gains) else gains)
             folder = RunFolder(root / f"night-{trial}")
-            night = _Night(folder, noise_stream, sigma, se, candidate_sd)
+            night = _Night(folder, noise_stream, sigma, se, candidate_sd, copy_jitter)
             night.run(night_gains, baselines, max(1, parallel))
             totals["false"] += night.false_keep
             totals["found"] += night.best_true > 0
@@ -87,8 +92,10 @@ def simulate_nights(gains: Gains, trials: int, seed: int = 0, sigma: float = 1.0
 class _Night:
     """One night's synthetic runner and its rows, the rest the loop's."""
 
-    def __init__(self, folder: RunFolder, rng: random.Random, sigma: float, se: float, candidate_sd: float):
+    def __init__(self, folder: RunFolder, rng: random.Random, sigma: float, se: float, candidate_sd: float,
+                 copy_jitter: Optional[float] = None):
         self.folder, self.rng, self.sigma, self.se, self.candidate_sd = folder, rng, sigma, se, candidate_sd
+        self.copy_jitter = copy_jitter
         self.rows: list[Row] = []
         self.best_score: Optional[float] = None
         self.best_true = 0.0
@@ -96,10 +103,17 @@ class _Night:
         self.keeps = self.runs = self.start_runs = 0
         self.phase = TrainPhase()
 
-    def _run(self, where: ExpFolder, true_mean: float, sd: float) -> Measurement:
-        """One train run scored: the eval.json the runner would leave, and its Measurement."""
-        score = true_mean + self.rng.gauss(0.0, sd * self.sigma)
-        where.path.mkdir(parents=True, exist_ok=True)
+    def _run(self, where: ExpFolder, true_mean: float, sd: float, copy_of: Optional[ExpFolder] = None) -> Measurement:
+        """One train run scored: the eval.json and policy.pt the runner would leave, and its
+        Measurement. `copy_of`: the run it copies (a seed-copying candidate's first run)."""
+        if copy_of is None:
+            score, policy = true_mean + self.rng.gauss(0.0, sd * self.sigma), f"{where.path} {self.runs}"
+        else:
+            score, policy = json.loads(copy_of.eval_json.read_text())["mean"], (copy_of.out / "policy.pt").read_text()
+            if self.copy_jitter:
+                score, policy = score + self.rng.gauss(0.0, self.copy_jitter * self.sigma), f"{policy} {self.runs}"
+        where.out.mkdir(parents=True, exist_ok=True)
+        (where.out / "policy.pt").write_text(policy)
         evaluation = {"mean": score, "se": self.se}
         where.eval_json.write_text(json.dumps(evaluation))
         self.runs += 1
@@ -112,7 +126,7 @@ class _Night:
             self._start_run()
         exp = 1
         for start in range(0, len(gains), parallel):
-            while start_needs_run(self.rows, self.folder, self.train_seeds, confirm_seed=2) is not None:
+            while start_needs_run(self.rows, self.folder, self.train_seeds, FIRST_CONFIRM_SEED) is not None:
                 self._start_run()   # as the loop does before a round: a noisy start re-measured
             self._round(list(range(exp + start, exp + start + min(parallel, len(gains) - start))),
                         gains[start:start + parallel])
@@ -128,12 +142,13 @@ class _Night:
     def _round(self, exps: list[int], gains: list[float]) -> None:
         true = {e: g * self.sigma for e, g in zip(exps, gains)}
         measured = [self._run(self.folder.exp(e), true[e], self.candidate_sd) for e in exps]
-        incumbent = incumbent_of(self.rows, self.folder, self.best_score, "best", self.train_seeds,
-                                 confirm_seed=2)
+        incumbent = incumbent_of(self.rows, self.folder, self.best_score, "best", self.train_seeds, FIRST_CONFIRM_SEED)
+        incumbent = replace(incumbent, seeds=(1, first_confirmation_seed(FIRST_CONFIRM_SEED, exps[0])))  # as the loop
 
         def confirm(request):
             e = exps[request.index]
-            return self._run(self.folder.exp(e).confirmation(request.k), true[e], self.candidate_sd)
+            copy_of = self.folder.exp(e) if self.copy_jitter is not None else None
+            return self._run(self.folder.exp(e).confirmation(request.k), true[e], self.candidate_sd, copy_of)
 
         verdicts = judge(self.phase.judge_round(measured, incumbent, exps), confirm)
         for e, v in zip(exps, verdicts):

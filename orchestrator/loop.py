@@ -27,7 +27,8 @@ from .disk import DiskSpace, is_disk_full
 from .guard import Guard
 from .report import refresh as refresh_report
 from .inflight import InFlight, recorded
-from .keep_rule import Noise, best_evidence, night_noise, start_needs_run, write_decision
+from .keep_rule import (Noise, artifact_sha256, best_evidence, first_confirmation_seed, night_noise, start_needs_run,
+                        write_decision)
 from .phases import (INCUMBENT_FOLDER, PAIR_BENCH_FACTOR, PHASES, BenchPair, Confirm, Incumbent, Phase, RepairRound,
                      TrainPhase, TranslatePhase, TranslateTrial, Verdict, Verify, concluding_order, decision_record,
                      incumbent_of, judge, translate_languages)
@@ -38,6 +39,13 @@ from .runners.base import Measurement, measure_all
 from .screening import Screening
 from .turn import AgentTurns, Candidate
 from .workspace import Workspace
+
+
+def _note_artifact(m: Measurement, folder: ExpFolder) -> Measurement:
+    """The run's policy.pt sha256 in its evaluation (`policy_sha256`), for the keep rule's copy check."""
+    if m.status is None:
+        m.evaluation["policy_sha256"] = artifact_sha256(folder)
+    return m
 
 
 class Run:
@@ -304,16 +312,21 @@ class Run:
         if ready:
             measured = measure_all(self.runner, [Slot(c.exp, c.folder, f"exp {c.exp}") for c in ready],
                                    [c.commit for c in ready], seed)
+            for c, m in zip(ready, measured):
+                _note_artifact(m, c.folder)
 
-            incumbent = self.incumbent()
+            # fresh confirmation seeds: the round's first experiment's own (keep_rule.first_confirmation_seed)
+            incumbent = replace(self.incumbent(),
+                                seeds=(seed, first_confirmation_seed(self.config.confirm_seed, ready[0].exp)))
 
             def confirm(request: Confirm) -> Measurement:
                 c = ready[request.index]
                 log.info("exp %d: %.3f is above the best %.3f but within the noise; confirmation %d with seed %d",
                          c.exp, measured[request.index].score, self.best_score, request.k, request.seed)
                 self.journal.stage(c.exp, f"confirm {request.k}")
-                return self.runner.measure(Slot(c.exp, c.folder.confirmation(request.k),
-                                                f"exp {c.exp} confirm {request.k}"), c.commit, request.seed)
+                folder = c.folder.confirmation(request.k)
+                return _note_artifact(self.runner.measure(Slot(c.exp, folder, f"exp {c.exp} confirm {request.k}"),
+                                                          c.commit, request.seed), folder)
 
             verdicts = judge(phase.judge_round(measured, incumbent, [c.exp for c in ready]), confirm)
             for c, v in zip(ready, verdicts):

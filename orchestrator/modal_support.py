@@ -26,6 +26,17 @@ NOT_SYNCED = ("daemon.lock", "STOP")
 TOKEN_HINT = "run `modal token new` (or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET)"
 
 
+# How the Modal containers are sized, read from the environment where a night is started: the night's
+# own container must see the same, or its daemon calls and bills with the defaults
+CONTAINER_SETTINGS = ("AUTORL_MODAL_GPU", "AUTORL_MODAL_CPU", "AUTORL_MODAL_EVAL_CPU", "AUTORL_MODAL_TIMEOUT")
+
+
+def container_settings(environ=None) -> dict:
+    """The CONTAINER_SETTINGS set in `environ` (default: this process's environment)."""
+    environ = os.environ if environ is None else environ
+    return {name: environ[name] for name in CONTAINER_SETTINGS if environ.get(name)}
+
+
 def eval_cpu() -> float:
     """CPU cores of a scoring container (AUTORL_MODAL_EVAL_CPU, default 8): what it is declared with,
     billed at and scores with (one evaluation worker per core)."""

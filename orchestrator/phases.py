@@ -33,6 +33,9 @@ from .results import RunFolder, Row, read_json
 from .runners.base import Measurement, Slot
 from .workspace import compile_errors, disallowed
 
+# candidate/train.py's largest size: the shipped one is ~80 KB; weights smuggled in as literals are MBs
+MAX_TRAIN_SCRIPT_BYTES = 256 * 1024
+
 
 @dataclass
 class Incumbent:
@@ -181,6 +184,15 @@ class TrainPhase(Phase):
     def allowed_paths(self, env_id: str) -> list[str]:
         return [TRAIN_SCRIPT]
 
+    def check(self, worktree: Path, env_id: str, changed: list[str]) -> Optional[str]:
+        """Besides the paths: a train.py past MAX_TRAIN_SCRIPT_BYTES carries more than a PPO's code
+        (weights or rollouts as literals, to warm-start every run)."""
+        size = (worktree / TRAIN_SCRIPT).stat().st_size if (worktree / TRAIN_SCRIPT).is_file() else 0
+        if size > MAX_TRAIN_SCRIPT_BYTES:
+            return (f"{TRAIN_SCRIPT} is {size / 1024:.0f} KB, over {MAX_TRAIN_SCRIPT_BYTES // 1024} KB: it may hold code, "
+                    "not trained weights or data")
+        return super().check(worktree, env_id, changed)
+
     def judge_round(self, measured: list[Measurement], incumbent: Incumbent,
                     exps: Optional[list[int]] = None) -> Judgement:
         """One verdict per candidate (exps: their experiment numbers), each with its evidence in
@@ -198,7 +210,8 @@ class TrainPhase(Phase):
         ranked = sorted((i for i, m in enumerate(measured) if not m.status), key=lambda i: -measured[i].score)
         for i in ranked:
             m = measured[i]
-            first = ScoredRun(f"exp {exps[i]}", incumbent.seeds[0], m.score, _se(m), f"exp {exps[i]}")
+            first = ScoredRun(f"exp {exps[i]}", incumbent.seeds[0], m.score, _se(m), f"exp {exps[i]}",
+                              artifact=_artifact(m))
             record = {"exp": exps[i], "best": best, "best_runs": incumbent.runs, "incumbent": incumbent.commit,
                       "stretch": incumbent.stretch,
                       "rule": {"look_shares": list(LOOK_SHARES), "futility_t": list(FUTILITY_T),
@@ -228,7 +241,8 @@ class TrainPhase(Phase):
             # the night's noise without this candidate's runs (look() weighs their own spread), its
             # floor over their evaluation standard errors too
             night = noise.including(extra_se=[r.se for r in runs])
-            decision = look([r.score for r in runs], incumbent.score, night, incumbent.runs, record["alpha"])
+            decision = look([r.score for r in runs], incumbent.score, night, incumbent.runs, record["alpha"],
+                            artifacts=[r.artifact for r in runs])
             record["looks"].append({"runs": [asdict(r) for r in runs], "noise": night.evidence(),
                                     **decision.evidence()})
             if decision.action != "confirm":
@@ -247,11 +261,16 @@ class TrainPhase(Phase):
                 v.failure = again.failure or first.failure
                 return v, noise.including(runs)
             runs.append(ScoredRun(run.code, seed, again.score, _se(again),
-                                  f"{run.label} confirm {k}"))
+                                  f"{run.label} confirm {k}", artifact=_artifact(again)))
         combined = Measurement(score=sum(r.score for r in runs) / len(runs), env_steps=first.env_steps, sps=first.sps,
                                wall_s=sum(x.wall_s for x in measurements),
                                compute_usd=sum(x.compute_usd for x in measurements), budget_s=first.budget_s)
         return verdict_of(combined, decision.action, decision.note), noise.including(runs)
+
+
+def _artifact(m: Measurement) -> str:
+    """The sha256 of the run's policy artifact, as the loop recorded it ("" unknown): copies share one."""
+    return str(m.evaluation.get("policy_sha256") or "")
 
 
 def _se(m: Measurement) -> float:

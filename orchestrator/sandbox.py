@@ -18,7 +18,8 @@ directory, other runs -- is absent, not merely unreadable. The root of the sandb
 read-only tmpfs, so nothing can be created beside the bound paths either.
 
 Modes: "auto" uses the sandbox where it works and otherwise runs commands unwalled (the daemon
-says so once: `Sandbox.describe()`); "require" raises `SandboxUnavailable` at construction when
+says so once: `Sandbox.describe()`), except that a run with a coding agent refuses to start
+(`agent_walls_problem`); "require" raises `SandboxUnavailable` at construction when
 it does not work; "off" never walls (debugging). Availability is probed once per bwrap binary
 with a real trial run (`bwrap ... true`), so a kernel without unprivileged user namespaces or a
 container that forbids them is caught with bwrap's own one-line reason.
@@ -40,6 +41,24 @@ SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "
 # Readable by root even without capabilities; nothing in a sandbox needs them.
 MASKED_FILES = ("/etc/shadow", "/etc/gshadow")
 PROBE_TIMEOUT_S = 20
+
+
+# Agents that write and run code of their own (an LLM's edits, its run tool): unwalled, their code could
+# read the verdicts, run.json's evaluation seed and the Python environment the harness imports
+CODING_AGENTS = ("anthropic", "command")
+
+
+def agent_walls_problem(mode: str, agent_name: str, bwrap: Optional[str] = None) -> Optional[str]:
+    """Why a run may not start (None: it may): `--sandbox auto` fails closed for a coding agent where
+    bubblewrap cannot run. The offline agents (optuna edits constants, replay applies prepared files)
+    go on unwalled, and the start-up log says so (`Sandbox.describe`)."""
+    if mode != "auto" or agent_name not in CODING_AGENTS:
+        return None
+    ok, reason = probe(bwrap)
+    if ok:
+        return None
+    return (f"no sandbox for the {agent_name} agent's code: {reason}. Install bubblewrap, or run with "
+            "--sandbox off to accept that its code runs unwalled, with your rights")
 
 
 class SandboxUnavailable(RuntimeError):

@@ -23,7 +23,8 @@ from envs_fast.portability import engine_of, no_port_reason, shipped_port
 from . import agents as agent_kinds
 from . import shipped
 from .artifacts import TRAIN_SCRIPT
-from .config import BASELINE_RUNS, Options, RunConfig, RunError, budget_allowance, check_tag, default_tag
+from .config import (BASELINE_RUNS, EXPORT_MARGIN_S, FIRST_CONFIRM_SEED, Options, RunConfig, RunError, budget_allowance,
+                     check_tag, default_tag)
 from .daemon import LockHeld, RunLock, StopControl, log, progress, setup_logging
 from .disk import NIGHT_OF_CAPS, free_mb
 from .envfolder import content_sha256, env_folder
@@ -31,9 +32,11 @@ from .inflight import InFlight
 from .loop import Run
 from .phases import parse_schedule, translate_languages
 from .processes import scrubbed_env
-from .results import ResultsFile, RunFolder, utc_now
+from .report.rescored import Rescore
+from .rescore import rescore
+from .results import ResultsFile, RunFolder, summarize, utc_now
 from .report import refresh as refresh_report
-from .sandbox import Sandbox, SandboxUnavailable
+from .sandbox import Sandbox, SandboxUnavailable, agent_walls_problem
 from .runners import Runner, make_runner
 from .workspace import Workspace, repo_root
 
@@ -95,15 +98,22 @@ def find_run_to_resume(results_root: Path, env_id: Optional[str]) -> Optional[st
     return max(candidates)[1] if candidates else None
 
 
-def check_runner(name: str) -> None:
-    """Before anything is created: a Modal runner needs credentials, a reachable Modal and the files
-    its image is built from."""
+def check_runner(name: str, runner_options: Optional[dict] = None) -> None:
+    """Before anything is created: a Modal runner needs a price for its GPU (it bills every call),
+    credentials, a reachable Modal and the files its image is built from."""
     if name != "modal":
         return
     from .modal_support import check_modal_reachable, modal_credentials_problem
-    from .runners.modal_functions import image_problem
+    from .runners.modal import ComputePrices
+    from .runners.modal_functions import TRAIN_GPU, image_problem
 
-    problem = modal_credentials_problem() or check_modal_reachable(timeout_s=20) or image_problem()
+    options = runner_options or {}
+    try:
+        price_problem = ComputePrices.load(options.get("price_table")).missing(options.get("gpu") or TRAIN_GPU)
+    except ValueError as exc:
+        price_problem = str(exc)
+    problem = (price_problem or modal_credentials_problem() or check_modal_reachable(timeout_s=20)
+               or image_problem())
     if problem:
         raise RunError(problem)
 
@@ -114,6 +124,42 @@ def check_sandbox(mode: str) -> None:
         Sandbox(mode)
     except SandboxUnavailable as exc:
         raise RunError(f"{exc} (install bubblewrap, or run with --sandbox auto to go on without walls)") from None
+
+
+def check_agent_walls(mode: str, agent_name: str) -> None:
+    problem = agent_walls_problem(mode, agent_name)
+    if problem:
+        raise RunError(problem)
+
+
+def rescore_run(repo: Optional[Path], tag: str, k: int) -> Optional[Rescore]:
+    """`report --rescore K`: train the start and the best of a finished run on K fresh seeds, with
+    the run's own runner, harness and verdicts (the run must not be running)."""
+    root = repo_root(repo or Path.cwd())
+    folder = RunFolder(root / "results" / tag)
+    if not folder.config.exists():
+        raise RunError(f"--rescore: there is no run {tag!r} ({folder.config} is missing)")
+    lock = RunLock(folder.path)
+    try:
+        lock.acquire()
+    except LockHeld as exc:
+        raise RunError(f"run {tag!r} is running (pid {exc.pid}); rescore it once it has ended") from None
+    runner = None
+    try:
+        setup_logging(folder.path)
+        workspace = Workspace(root, tag)
+        config, harness_bytes = _resume_config(Options(), folder, workspace)
+        check_sandbox(config.sandbox)
+        stop = StopControl(folder.path)
+        stop.install()
+        runner = make_runner(config, folder, workspace, stop, InFlight(folder.path), harness_bytes)
+        best = summarize(ResultsFile(folder.results).read())["best_commit"] or config.base_commit
+        with reading_from(folder.verify_cache):
+            return rescore(runner, folder, config.base_commit, workspace.resolve(best), k, stop.requested)
+    finally:
+        if runner is not None:
+            runner.close()
+        lock.release()
 
 
 def check_translate_lang(choice: str) -> None:
@@ -159,7 +205,7 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
         check_sandbox(options.sandbox or "auto")
         check_translate_lang(options.translate_lang or "auto")
         if options.runner_factory is None:  # a test's factory brings its own (fake) Modal
-            check_runner(options.runner or "local")
+            check_runner(options.runner or "local", options.runner_options)
     created = not folder.path.exists()
     try:
         folder.path.mkdir(parents=True, exist_ok=True)
@@ -188,7 +234,7 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
             check_sandbox(config.sandbox)
             check_translate_lang(config.translate_lang)
             if options.runner_factory is None:
-                check_runner(config.runner)
+                check_runner(config.runner, config.runner_options)
         if options.agent:
             agent_name, why = options.agent, "chosen with --agent"
         elif existing:
@@ -203,6 +249,7 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
             agent = agent_factory(options.agent_args, folder.path)
         except Exception as exc:
             raise RunError(f"cannot start the {agent_name} agent: {exc}") from None
+        check_agent_walls(config.sandbox if existing else (options.sandbox or "auto"), agent_name)
         if existing:
             log.info("resuming run %s (%s) in %s", tag, config.env_id, workspace.path)
         else:
@@ -226,6 +273,11 @@ def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Op
             reason = f"stopped ({stop.reason})"
         run.workspace.reset_to(run.best_commit)
         log.info("run %s ended: %s; %s", tag, reason, run.summary_line())
+        if not stop.requested():  # a stopped night ends now; `report --rescore K` rescores it later
+            rescored = rescore(runner, folder, config.base_commit, run.best_commit, options.rescore_seeds, stop.requested)
+            if rescored is not None:
+                log.info("run %s out of sample: best - start = %s (the night's own gain is in-sample: biased up)",
+                         tag, rescored.line())
         log.info("results: %s; branch %s is at the best commit", run.results.path, workspace.branch)
         return 0
     except BaseException:
@@ -341,9 +393,10 @@ def _new_config(options: Options, tag: str, root: Path, folder: RunFolder, works
     config = RunConfig(
         tag=tag, env_id=options.env_id, budget_s=budget,
         grace_s=options.grace_s if options.grace_s is not None else budget_allowance(budget),
+        export_margin_s=options.export_margin_s if options.export_margin_s is not None else EXPORT_MARGIN_S,
         eval_episodes=options.eval_episodes or harness_episodes,
         eval_seed=secrets.randbelow(2**31 - 1_000_000),
-        train_seeds=list(range(1, (options.baselines or BASELINE_RUNS) + 1)), confirm_seed=2,
+        train_seeds=list(range(1, (options.baselines or BASELINE_RUNS) + 1)), confirm_seed=FIRST_CONFIRM_SEED,
         eval_timeout_s=options.eval_timeout_s, eval_workers=options.eval_workers, schedule=schedule,
         main_root=str(root), worktree=str(workspace.path), branch=workspace.branch, base_commit=base,
         harness_sha256=hashlib.sha256(harness_bytes).hexdigest(), created=utc_now(), agent=agent_name,

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import fnmatch
 import io
+import os
+import shutil
+import stat
 import tarfile
 import tempfile
 from pathlib import Path
@@ -143,9 +146,10 @@ class Workspace:
         self.main.archive(buffer, commit, format="tar.gz")
         return buffer.getvalue()
 
-    def extract(self, commit: str, dest: Path, paths: Optional[list[str]] = None) -> Path:
+    def extract(self, commit: str, dest: Path, paths: Optional[list[str]] = None, read_only: bool = False) -> Path:
         """A snapshot of the commit's files (only those under `paths`, when given) in `dest` (which must
-        not exist yet). Paths the commit lacks extract nothing."""
+        not exist yet). Paths the commit lacks extract nothing. `read_only`: every file and folder of it
+        without write permission (remove it with `remove_snapshot`)."""
         buffer = io.BytesIO()
         present = [p for p in paths or [] if self.has_path(commit, p)]
         if paths is not None and not present:
@@ -157,6 +161,8 @@ class Workspace:
         dest.mkdir(parents=True)
         with tarfile.open(fileobj=buffer) as tar:
             tar.extractall(dest, filter="data")
+        if read_only:
+            _set_writable(dest, False)
         return dest
 
     def commit_beside(self, commit: str, other: str, paths: list[str], folder: str) -> str:
@@ -247,6 +253,35 @@ class Workspace:
     def refs(self) -> dict[str, str]:
         out = self.repo.git.for_each_ref("--format=%(refname) %(objectname)", f"refs/autorl/{self.tag}/")
         return dict(line.split(" ", 1) for line in out.splitlines() if line)
+
+
+WRITE_BITS = stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH
+
+
+def _set_writable(root: Path, writable: bool) -> None:
+    """Add or take away every write permission bit of `root` and everything under it (folders last
+    when taking away, first when adding, so the walk can still reach and change what is inside)."""
+    def chmod(path: str) -> None:
+        mode = stat.S_IMODE(os.lstat(path).st_mode)
+        os.chmod(path, (mode | stat.S_IWUSR) if writable else (mode & ~WRITE_BITS))
+
+    if writable:
+        chmod(str(root))
+    for folder, dirs, files in os.walk(root, topdown=writable):
+        for name in files:
+            if not os.path.islink(os.path.join(folder, name)):
+                chmod(os.path.join(folder, name))
+        for name in dirs:
+            chmod(os.path.join(folder, name))
+    if not writable:
+        chmod(str(root))
+
+
+def remove_snapshot(path: Path) -> None:
+    """Remove a snapshot, also one `extract` made read-only."""
+    if path.exists():
+        _set_writable(path, True)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _last_line(text: str) -> str:

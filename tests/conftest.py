@@ -23,7 +23,10 @@ AUTORL_ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
 # A train.py that trains nothing: it exports a CartPole controller whose quality is set by BIAS
-# (0.0 balances for all 500 steps, 0.5 about 260, 1.0 about 145, 5.0 about 9 - always left).
+# (0.0 balances for all 500 steps, 0.5 about 260, 1.0 about 145, 5.0 about 9 - always left). Its seeds
+# differ as a training run's do: AUTORL_SEED moves the bias by up to SEED_SPREAD (at BIAS 1.0 about
+# +-5 points, 4x the evaluation's se over 10 episodes; at 0.5 about +-30), so the keep rule takes its
+# runs as independent (tiny_train_py(SEED_SPREAD=0.0): a train.py that ignores its seed).
 TINY_TRAIN_PY = textwrap.dedent('''\
     import os
     import sys
@@ -39,6 +42,8 @@ TINY_TRAIN_PY = textwrap.dedent('''\
     USE_X = True  # unused
     BACKEND = "auto"  # unused, never tuned
     # <<< hyperparameters
+    SEED_SPREAD = 0.05  # how far AUTORL_SEED moves the bias
+    SEED = int(os.environ.get("AUTORL_SEED", "1"))
 
 
     class Controller(torch.nn.Module):
@@ -54,7 +59,8 @@ TINY_TRAIN_PY = textwrap.dedent('''\
     out = Path(os.environ.get("AUTORL_OUTPUT_DIR", "out"))
     out.mkdir(parents=True, exist_ok=True)
     time.sleep(SLEEP)
-    torch.jit.save(torch.jit.script(Controller(BIAS)), str(out / "policy.pt"))
+    bias = BIAS + SEED_SPREAD * ((SEED * 7919) % 201 - 100) / 100
+    torch.jit.save(torch.jit.script(Controller(bias)), str(out / "policy.pt"))
     print("---")
     print("env_steps: 1000")
     print("sps: 500")
@@ -122,7 +128,8 @@ def make_checkout(root: Path, train_py: str | None = None, files: dict[str, str]
     """A committed checkout of autorl at `root`: the harness, envs_fast, program.md, the given train.py
     (the shipped one by default) and extra files."""
     root.mkdir(parents=True)
-    for item in ("evaluate.py", "program.md", "envs_fast", "pyproject.toml", "modal_app.py"):
+    for item in ("evaluate.py", "train_plumbing.py", "policy_export.py", "program.md", "envs_fast", "pyproject.toml",
+                 "modal_app.py"):
         _copy_if_present(item, root)
     (root / "candidate").mkdir()
     if train_py is None:
@@ -153,9 +160,24 @@ def daemon_cmd(*args: str) -> list[str]:
     return [PYTHON, "-m", "orchestrator", *args]
 
 
-# Small, fast settings for tests: few eval episodes in one process, short grace, and 2 baselines
+# Small, fast settings for tests: few eval episodes in one process, and 2 baselines
 # (the default 4 is for real nights; the keep scenarios here are written against a pair).
-FAST = ("--eval-episodes", "10", "--eval-workers", "1", "--grace", "3", "--backoff", "0.2", "--baselines", "2")
+# A coding agent's night refuses to start where bubblewrap cannot run (--sandbox auto fails closed); there
+# the tests of what such an agent does accept the risk as a user would, with --sandbox off
+def _coding_agent_walls() -> tuple[str, ...]:
+    from orchestrator.sandbox import probe
+
+    return () if probe()[0] else ("--sandbox", "off")
+
+
+CODING_AGENT_WALLS = _coding_agent_walls()
+# --export-margin 30: the budget is exact, and on a loaded 2-core machine the real train.py's start-up and
+# compile alone can outlast the seconds-long budgets of these tests (tests/test_budget.py holds the default)
+# --grace 10: only the kill deadline of a run that hangs; a tiny train.py still imports torch, and under CI's
+# load (two nights at once on 2 cores) its start-up, export and exit outlasted 2 s + 3 s
+# --rescore 0: no end-of-night rescoring (tests/test_rescore.py has it)
+FAST = ("--eval-episodes", "10", "--eval-workers", "1", "--grace", "10", "--export-margin", "30", "--backoff", "0.2",
+        "--baselines", "2", "--rescore", "0")
 
 
 def run_daemon(repo: Path, *args: str, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:

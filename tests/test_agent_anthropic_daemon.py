@@ -12,7 +12,7 @@ import json
 import git
 import pytest
 
-from tests.conftest import FAST, read_results, run_daemon, tiny_train_py
+from tests.conftest import CODING_AGENT_WALLS, FAST, read_results, run_daemon, tiny_train_py
 from tests.fake_anthropic import (FakeAnthropic, overloaded, result_text, tool_results, tool_turn,
                                   usage)
 
@@ -42,7 +42,7 @@ def test_an_anthropic_experiment_is_kept_and_the_run_stops_at_max_cost(autorl_re
                "AUTORL_AGENT_OUTAGE_WAIT": "0.1"}
         done = run_daemon(repo, "run", "--env", "CartPole-v1", "--tag", "llm", "--agent", "anthropic",
                           "--model", "claude-sonnet-4-6", "--phases", "train", "--budget", "3", "--max-experiments", "3",
-                          "--max-cost", "0.5", *FAST, env=env, timeout=150)
+                          "--max-cost", "0.5", *FAST, *CODING_AGENT_WALLS, env=env, timeout=150)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert "--max-cost reached" in output

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tests.conftest import FAST, read_results, run_daemon, tiny_train_py
+from tests.conftest import CODING_AGENT_WALLS, FAST, read_results, run_daemon, tiny_train_py
 
 CANARY = "canary-c0ffee"
 FAKE_CLI = """\
@@ -28,7 +28,7 @@ def test_a_command_agent_experiment_is_judged_by_its_diff_and_kept(autorl_repo, 
     done = run_daemon(
         repo, "run", "--env", "CartPole-v1", "--tag", "cli", "--agent", "command",
         "--agent-cmd", f"{sys.executable} {cli} {{prompt_file}} {cli_env}", "--agent-timeout", "60", "--phases", "train",
-        "--budget", "3", "--max-experiments", "1", *FAST, "--grace", "10",  # (torch's import on a loaded machine)
+        "--budget", "3", "--max-experiments", "1", *FAST, *CODING_AGENT_WALLS, "--grace", "10",  # (torch's import on a loaded machine)
         env={"AUTORL_TEST_SECRET": CANARY, "ANTHROPIC_API_KEY": f"sk-{CANARY}"}, timeout=150)
     assert done.returncode == 0, done.stdout + done.stderr
 

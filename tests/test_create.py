@@ -191,14 +191,16 @@ def test_a_buggy_create_is_repaired_committed_and_trained(autorl_repo, tmp_path)
     assert run["env_folder"] == "envs/connect_four"
     assert run["env_sha256"] == content_sha256(repo / "envs" / "connect_four")
     train_log = (repo / "results" / "cf" / "exp-0000" / "train.log").read_text()
-    assert "backend: reference" in train_log and "path: host" in train_log
+    assert "backend: reference" in train_log and "path: jax-host" in train_log
 
 
-def test_changing_the_env_folder_makes_scoring_refuse(autorl_repo, tmp_path):
+def connect_four_runner(autorl_repo, tmp_path):
+    """A LocalRunner over a run of the created connect_four env (no daemon): (runner, workspace, its
+    base commit, the run folder's path)."""
     from orchestrator.config import RunConfig
     from orchestrator.inflight import InFlight
-    from orchestrator.results import ExpFolder, RunFolder
-    from orchestrator.runners import RunnerSettings, Slot
+    from orchestrator.results import RunFolder
+    from orchestrator.runners import RunnerSettings
     from orchestrator.runners.local import LocalRunner
     from orchestrator.workspace import Workspace
 
@@ -215,9 +217,16 @@ def test_changing_the_env_folder_makes_scoring_refuse(autorl_repo, tmp_path):
         worktree=str(workspace.path), branch=workspace.branch, base_commit=base,
         harness_sha256=hashlib.sha256(folder.harness.read_bytes()).hexdigest(), created="", agent="replay",
         env_folder="envs/connect_four", env_sha256=content_sha256(repo / "envs" / "connect_four"))
-    run_dir = folder.path
-    runner = LocalRunner(RunnerSettings(config, folder), workspace, lambda: False, InFlight(run_dir),
+    runner = LocalRunner(RunnerSettings(config, folder), workspace, lambda: False, InFlight(folder.path),
                          folder.harness.read_bytes())
+    return runner, workspace, base, folder.path
+
+
+def test_changing_the_env_folder_makes_scoring_refuse(autorl_repo, tmp_path):
+    from orchestrator.results import ExpFolder
+    from orchestrator.runners import Slot
+
+    runner, workspace, base, run_dir = connect_four_runner(autorl_repo, tmp_path)
     try:
         scored = runner.measure(Slot(1, ExpFolder(run_dir / "exp-0001"), "exp 1"), base, 1)
         assert scored.status is None and -1 <= scored.score <= 1, scored.note
@@ -233,6 +242,64 @@ def test_changing_the_env_folder_makes_scoring_refuse(autorl_repo, tmp_path):
     assert "envs/connect_four/ changed since the run started (sha256 " in refused.note
     assert refused.note.endswith("the environment is frozen during a search")
     assert not (run_dir / "exp-0002" / "eval.json").exists()
+
+
+PROBE_WRITES = textwrap.dedent('''\
+    import os, sys
+    from pathlib import Path
+    target = Path(os.environ["AUTORL_ENV_ROOT"]) / "envs" / "connect_four" / "connect_four.py"
+    try:
+        with open(target, "a") as f:
+            f.write("WIN = 1e9\\n")
+        print("ENV WRITTEN")
+    except OSError as exc:
+        print(f"ENV REFUSED {exc.errno}")
+    (Path.cwd() / "eval-scratch.txt").write_text("ok")
+    print("CWD WRITTEN")
+''')
+
+
+def test_a_created_envs_code_is_read_only_to_its_evaluation(autorl_repo, tmp_path):
+    """What the evaluation process imports of a created env lies outside its only writable folder and
+    cannot be written from inside it: a probe run with the evaluation's own walls, environment and
+    sandbox tries (as a policy or the env's own code might, to raise later scores)."""
+    import os
+    import sys
+
+    from orchestrator import processes
+    from orchestrator.results import ExpFolder
+    from orchestrator.runners import Slot
+
+    runner, _, base, run_dir = connect_four_runner(autorl_repo, tmp_path)
+    seen = {}
+    real_spawn = runner._spawn
+
+    def spawn_after_probe(slot, stage, cmd, cwd, env, log_path, timeout_s, tick, walls, **kwargs):
+        if stage == "eval":
+            root = Path(env["AUTORL_ENV_ROOT"])
+            seen["root"], seen["writable"] = root, [Path(p) for p in walls.writable]
+            seen["modes"] = [p.stat().st_mode & 0o222 for p in [root, *root.rglob("*")]]
+            probe_log = tmp_path / "probe.log"
+            processes.run_group([sys.executable, "-c", PROBE_WRITES], cwd, env, probe_log, 120, lambda: False,
+                                walls=walls, sandbox=runner.sandbox)
+            seen["probe"] = probe_log.read_text()
+        return real_spawn(slot, stage, cmd, cwd, env, log_path, timeout_s, tick, walls, **kwargs)
+
+    runner._spawn = spawn_after_probe
+    try:
+        scored = runner.measure(Slot(1, ExpFolder(run_dir / "exp-0001"), "exp 1"), base, 1)
+    finally:
+        runner.close()
+    assert scored.status is None and -1 <= scored.score <= 1, scored.note
+    root = seen["root"]
+    assert not any(root == w or w in root.parents for w in seen["writable"]), (root, seen["writable"])
+    assert set(seen["modes"]) == {0}, "the snapshot's files and folders keep no write permission"
+    assert "CWD WRITTEN" in seen["probe"], seen["probe"]
+    assert not root.exists(), "the read-only snapshot is removed after the evaluation"
+    if not runner.sandbox.active and os.geteuid() == 0:
+        pytest.skip("without bubblewrap, root ignores file permissions: only the hash re-checks guard the env "
+                    f"({runner.sandbox.reason()})")
+    assert "ENV REFUSED" in seen["probe"] and "ENV WRITTEN" not in seen["probe"], seen["probe"]
 
 
 @pytest.mark.long

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from orchestrator.config import FIRST_CONFIRM_SEED
 from orchestrator.keep_rule import (LOOK_SHARES, MAX_LOST_START_RUNS, MAX_RUNS, NIGHT_ALPHA, PRIOR_SD_RATIO,
                                     START_RUNS_FACTOR, best_evidence, ScoredRun, candidate_alpha, estimate, look,
                                     night_noise, start_needs_run, t_quantile, welch_df)
@@ -206,18 +207,18 @@ def test_a_nights_pairs_baselines_confirmations_and_re_baselines(tmp_path):
     _eval(folder.exp(2), 150.0)                     # kept outright: one run
     _eval(folder.exp(4), 140.0)                     # its re-baseline: seed 1 again, replaces it
     _eval(folder.exp(5), 160.0)
-    _eval(folder.exp(5).confirmation(1), 170.0)     # kept after two confirmations (seeds 2 and 3)
+    _eval(folder.exp(5).confirmation(1), 170.0)     # kept after two confirmations (its own seeds, from FIRST_CONFIRM_SEED + 16)
     _eval(folder.exp(5).confirmation(2), 175.0)
     _eval(folder.exp(7), 999.0)
     _eval(folder.exp(7).confirmation(1), 0.0)       # an invalid experiment's runs never count
     _eval(folder.exp(9), 168.0)                     # re-baseline of exp 5: groups with its confirmations
     run = Run.__new__(Run)
-    run.config, run.folder, run.ledger = SimpleNamespace(train_seeds=[1, 2], confirm_seed=2), folder, Ledger(results)
+    run.config, run.folder, run.ledger = SimpleNamespace(train_seeds=[1, 2], confirm_seed=FIRST_CONFIRM_SEED), folder, Ledger(results)
     noise = run.noise_estimate()
     assert [[r.label for r in g] for g in noise.groups] == [
         ["exp 0 run 1", "exp 0 run 2"], ["exp 1", "exp 1 confirm 1"],
         ["exp 9 re-baseline", "exp 5 confirm 1", "exp 5 confirm 2"]]
-    assert [r.seed for r in noise.groups[2]] == [1, 2, 3]
+    assert [r.seed for r in noise.groups[2]] == [1, FIRST_CONFIRM_SEED + 16, FIRST_CONFIRM_SEED + 17]  # exp 5's own
     assert noise.df == 4  # 1 + 1 + 2
     assert noise.pooled == pytest.approx(math.sqrt((10 ** 2 / 2 + 20 ** 2 / 2 + (3 ** 2 + 1 ** 2 + 4 ** 2)) / 4))
     assert run.noise == noise.sigma

@@ -13,7 +13,8 @@ import pytest
 from orchestrator import artifacts, processes
 from orchestrator.agents.base import AgentError
 from orchestrator.agents.replay import ReplayAgent
-from orchestrator.config import Limits, Options, RunError, check_tag, default_tag, parse_until
+from orchestrator.config import FIRST_CONFIRM_SEED, Limits, Options, RunError, check_tag, default_tag, parse_until
+from orchestrator.keep_rule import MAX_RUNS, first_confirmation_seed
 from orchestrator.setup import start
 from orchestrator.phases import parse_schedule
 from orchestrator.results import HEADER, ResultsFile, Row
@@ -23,7 +24,15 @@ from tests.conftest import read_results, run_daemon, tiny_train_py, write_replay
 def seed_dependent(bias_by_seed: dict[int, float]) -> str:
     """A train.py whose policy depends on AUTORL_SEED: a noisy learner with a known outcome."""
     return tiny_train_py().replace(
-        "Controller(BIAS)", f"Controller({bias_by_seed!r}[int(os.environ['AUTORL_SEED'])])")
+        "Controller(bias)", f"Controller({bias_by_seed!r}[int(os.environ['AUTORL_SEED'])])")
+
+
+def confirmations(exp: int, bias: float) -> dict[int, float]:
+    """About `bias` on every confirmation seed of experiment `exp` (keep_rule.first_confirmation_seed):
+    each seed's policy its own (1e-6 apart: the same play, another artifact), as a train.py that
+    seeds from AUTORL_SEED exports (the keep rule counts runs that export the same policy as one)."""
+    first = first_confirmation_seed(FIRST_CONFIRM_SEED, exp)
+    return {first + k: bias + 1e-6 * (k + 1) for k in range(MAX_RUNS - 1)}
 
 
 class FlakyAgent:
@@ -54,12 +63,12 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
     replay = write_replay(tmp_path / "replay", {
         # ~186 with seed 1: a win inside the noise; seed 2 gives ~110, so the mean is below the best:
         # discarded after one confirmation (and the pair 186/110 raises sigma to ~40 over 2 pairs).
-        1: {"candidate/train.py": seed_dependent({1: 0.7, 2: 1.5, 3: 1.5, 4: 1.5}), "DESCRIPTION": "lucky seed",
+        1: {"candidate/train.py": seed_dependent({1: 0.7, **confirmations(1, 1.5)}), "DESCRIPTION": "lucky seed",
             "COST_USD": "0.5"},
         # 500 with every seed: above the best but inside the noise of 2 pairs at the second
         # candidate's level, so confirmed run by run until the mean clears
         # best + t(1 - alpha_2 s_n, df) * sigma * sqrt(1/n + 1/2) (the best is the mean of 2 runs).
-        2: {"candidate/train.py": seed_dependent({1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}), "DESCRIPTION": "real gain",
+        2: {"candidate/train.py": seed_dependent({1: 0.0, **confirmations(2, 0.0)}), "DESCRIPTION": "real gain",
             "COST_USD": "0.5"},
         3: {"candidate/train.py": seed_dependent({1: 0.0, 2: 0.0}), "DESCRIPTION": "never run"},
     })
@@ -69,7 +78,8 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
         agents.append(FlakyAgent(ReplayAgent(args.replay_dir)))
         return agents[-1]
 
-    options = Options(env_id="CartPole-v1", tag="noisy", agent="replay", budget_s=2, grace_s=5, eval_episodes=10,
+    options = Options(env_id="CartPole-v1", tag="noisy", agent="replay", budget_s=2, grace_s=5, export_margin_s=30,
+                      rescore_seeds=0, eval_episodes=10,
                       eval_workers=1, baselines=2, limits=Limits(max_cost=1.0, backoff_base_s=0.1), repo=repo,
                       agent_args=Namespace(replay_dir=replay))
     assert start(options, factory, environ={}) == 0
@@ -106,7 +116,7 @@ def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_
     assert [[run["label"] for run in group] for group in groups] == [
         ["exp 0 run 1", "exp 0 run 2"], ["exp 1", "exp 1 confirm 1"]]
     assert looks[-1]["candidate_sd"] == pytest.approx(looks[-1]["noise"]["sigma"])  # 500 every time: the night's
-    assert [run["seed"] for run in looks[-1]["runs"]] == list(range(1, n + 1))
+    assert [run["seed"] for run in looks[-1]["runs"]] == [1] + [FIRST_CONFIRM_SEED + 4 + k for k in range(n - 1)]
     assert [run["score"] for run in looks[-1]["runs"]] == [500.0] * n
     assert decision["best"] == pytest.approx(rows["best"][1], abs=1e-3)
     lucky_runs = lucky_decision["looks"][-1]["runs"]
@@ -132,7 +142,8 @@ def test_a_night_starts_with_four_baselines_by_default(autorl_repo, tmp_path, re
     """Without --baselines a run trains the start 4 times (seeds 1-4): with 2, a 5%-per-night keep
     rule could not confirm a 3-sigma gain on a bimodal problem (bench/nights.py, README)."""
     repo = autorl_repo(seed_dependent({1: 1.0, 2: 0.8, 3: 0.9, 4: 0.7}))
-    options = Options(env_id="CartPole-v1", tag="four", agent="replay", budget_s=2, grace_s=5, eval_episodes=10,
+    options = Options(env_id="CartPole-v1", tag="four", agent="replay", budget_s=2, grace_s=5, export_margin_s=30,
+                      rescore_seeds=0, eval_episodes=10,
                       eval_workers=1, limits=Limits(max_experiments=0), repo=repo,
                       agent_args=Namespace(replay_dir=write_replay(tmp_path / "replay", {})))
     assert start(options, lambda args, run_dir: ReplayAgent(args.replay_dir), environ={}) == 0
@@ -147,8 +158,9 @@ def test_more_baselines_make_the_best_a_mean_of_more_runs(autorl_repo, tmp_path,
     their mean, the keep rule counts three runs behind it, and a resume cannot change the count."""
     repo = autorl_repo(seed_dependent({1: 1.0, 2: 0.8, 3: 0.9}))
     replay = write_replay(tmp_path / "replay", {
-        1: {"candidate/train.py": seed_dependent({1: 0.0, 2: 0.0, 3: 0.0, 4: 0.0}), "DESCRIPTION": "balanced"}})
-    options = Options(env_id="CartPole-v1", tag="three", agent="replay", budget_s=2, grace_s=5, eval_episodes=10,
+        1: {"candidate/train.py": seed_dependent({1: 0.0, **confirmations(1, 0.0)}), "DESCRIPTION": "balanced"}})
+    options = Options(env_id="CartPole-v1", tag="three", agent="replay", budget_s=2, grace_s=5, export_margin_s=30,
+                      rescore_seeds=0, eval_episodes=10,
                       eval_workers=1, limits=Limits(max_experiments=1), repo=repo, baselines=3,
                       agent_args=Namespace(replay_dir=replay))
     assert start(options, lambda args, run_dir: ReplayAgent(args.replay_dir), environ={}) == 0
@@ -172,9 +184,11 @@ def test_a_noisy_start_is_trained_again_before_the_next_candidate(autorl_repo, t
     alternating = {seed: (0.0 if seed % 2 == 0 else 5.0) for seed in range(1, 9)}
     repo = autorl_repo(seed_dependent(alternating))
     replay = write_replay(tmp_path / "replay", {
-        1: {"candidate/train.py": tiny_train_py(BIAS=0.0), "DESCRIPTION": "balanced"},
+        1: {"candidate/train.py": tiny_train_py(BIAS=0.0).replace(   # each seed its own policy (same play)
+            "Controller(bias)", "Controller(BIAS + 1e-9 * int(os.environ['AUTORL_SEED']))"), "DESCRIPTION": "balanced"},
         2: {"candidate/train.py": tiny_train_py(BIAS=5.0), "DESCRIPTION": "falls"}})
-    options = Options(env_id="CartPole-v1", tag="noisy", agent="replay", budget_s=2, grace_s=5, eval_episodes=10,
+    options = Options(env_id="CartPole-v1", tag="noisy", agent="replay", budget_s=2, grace_s=5, export_margin_s=30,
+                      rescore_seeds=0, eval_episodes=10,
                       eval_workers=1, limits=Limits(max_experiments=2), repo=repo,
                       agent_args=Namespace(replay_dir=replay))
     assert start(options, lambda args, run_dir: ReplayAgent(args.replay_dir), environ={}) == 0

@@ -19,8 +19,8 @@ import git
 import modal
 import pytest
 
-from orchestrator.modal_support import (BUNDLE_NAME, check_modal_reachable, modal_credentials_problem,
-                                        write_branch_bundle)
+from orchestrator.modal_support import (BUNDLE_NAME, check_modal_reachable, container_settings,
+                                        modal_credentials_problem, write_branch_bundle)
 from orchestrator.pull import PullError, pull
 from orchestrator.sandbox import probe as sandbox_probe
 from orchestrator.runners import modal_doctor, modal_experiment, modal_functions, modal_night
@@ -127,8 +127,8 @@ def test_doctor_problems_name_what_keeps_a_night_off_the_gpu():
                 "jax": {"version": "0.10.2", "backend": "gpu", "devices": ["cuda:0"],
                         "plugins": ["jax-cuda13-plugin 0.10.2"], "cuda_majors": [13]},
                 "env_id": "CartPole-v1", "budget_s": 20.0,
-                "host": {"path": "host", "device": "cuda", "trained": True, "returncode": 0, "log_tail": "",
-                         "env_steps": 100000, "sps": 5000, "compile_seconds": None, "episode_return": 500.0},
+                "jax_host": {"path": "jax-host", "device": "gpu", "trained": True, "returncode": 0, "log_tail": "",
+                             "env_steps": 100000, "sps": 5000, "compile_seconds": "2.50", "episode_return": 500.0},
                 "verify": {"passed": True, "summary": "PASS"},
                 "jax_e2e": {"path": "jax-e2e", "device": "gpu (cuda:0)", "trained": True, "returncode": 0,
                             "log_tail": "", "env_steps": 9000000, "sps": 450000, "compile_seconds": "3.10",
@@ -138,14 +138,15 @@ def test_doctor_problems_name_what_keeps_a_night_off_the_gpu():
         return good
 
     assert modal_doctor.problems(report()) == []
-    assert "ok: torch and JAX both train on the GPU" in modal_doctor.format_report(report() | {"problems": []})
+    assert "ok: train.py's JAX learner trains on the GPU on both paths" in modal_doctor.format_report(
+        report() | {"problems": []})
     two = modal_doctor.problems(report(jax={"plugins": ["jax-cuda12-plugin 0.10.2"], "cuda_majors": [12]}))
     assert len(two) == 1 and "two CUDA majors" in two[0] and "13.0" in two[0]
-    on_cpu = modal_doctor.problems(report(torch={"gpu": False}, host={"device": "cpu"}))
-    assert any("does not see a GPU" in line for line in on_cpu)
-    assert any("host path trained on cpu" in line for line in on_cpu)
+    assert modal_doctor.problems(report(torch={"gpu": False})) == []  # torch only loads the artifact
+    on_cpu = modal_doctor.problems(report(jax_host={"device": "cpu"}))
+    assert on_cpu == ["the jax-host path trained on cpu, not the GPU"]
     assert "jax-e2e path trained on cpu" in modal_doctor.problems(report(jax_e2e={"device": "cpu"}))[0]
-    assert "not jax-e2e" in modal_doctor.problems(report(jax_e2e={"path": "host"}))[0]
+    assert "not jax-e2e" in modal_doctor.problems(report(jax_e2e={"path": "jax-host"}))[0]
 
 
 @pytest.mark.long
@@ -153,7 +154,6 @@ def test_doctor_reports_what_this_machine_trains_on(autorl_repo):
     """gpu_doctor's work, run here: the shipped train.py on each path, each saying its device (on a
     machine without a GPU, that is the problem the doctor reports)."""
     import jax
-    import torch
 
     # the ports' speed measured on CartPole's JAX translation: BipedalWalker's compiles for minutes on a CPU
     report = modal_doctor.diagnose(archive_of(autorl_repo()), budget=8, ports=("CartPole-v1", "Hopper-v5"),
@@ -162,21 +162,17 @@ def test_doctor_reports_what_this_machine_trains_on(autorl_repo):
     assert port["sps"] > 1000 and port["num_envs"] == 64 and jax.default_backend() in port["device"].lower()
     assert "no JAX translation of Hopper-v5" in missing["error"]
     assert "the JAX port of Hopper-v5 did not run here" in "\n".join(report["problems"])
-    assert report["host"]["trained"] and report["host"]["path"] == "host"
+    assert report["jax_host"]["trained"] and report["jax_host"]["path"] == "jax-host"
     assert report["verify"]["passed"], report["verify"]
     assert report["jax_e2e"]["trained"] and report["jax_e2e"]["path"] == "jax-e2e"
     assert jax.default_backend() in report["jax_e2e"]["device"].lower()
     text = modal_doctor.format_report(report)
-    assert "path host" in text and "path jax-e2e" in text
+    assert "path jax-host" in text and "path jax-e2e" in text
     assert re.search(r"port: +CartPole-v1's JAX port, 64 envs on \S+: \d+ env steps/s \(compile [\d.]+ s\)", text), text
-    if torch.cuda.is_available():
-        assert report["host"]["device"].startswith("cuda")
-    else:
-        assert report["host"]["device"] == "cpu" and report["torch"]["gpu"] is False
-        assert any("torch" in line and "does not see a GPU" in line for line in report["problems"])
-        assert "PROBLEM: " in text
+    assert report["jax_host"]["device"] == jax.default_backend()
     if jax.default_backend() != "gpu":
         assert any("JAX" in line and "not a GPU" in line for line in report["problems"])
+        assert "the jax-host path trained on cpu, not the GPU" in report["problems"] and "PROBLEM: " in text
 
 
 # ---------------------------------------------------------------- train_experiment / evaluate_policy
@@ -222,6 +218,87 @@ def test_train_experiment_is_killed_at_budget_plus_grace(autorl_repo):
     run = modal_functions.train_experiment.local(archive_of(repo), "CartPole-v1", 1, 1, grace=1)
     assert run["timed_out"] and run["policy"] is None and run["policy_name"] is None
     assert run["wall_s"] < 30 and run["artifact_s"] is None   # killed before it delivered anything
+
+
+RECORD_FUNCTION_OPTIONS = """
+import json, modal
+options = {}
+real = modal.App.function
+def recording(self, *args, **kwargs):
+    decorate = real(self, *args, **kwargs)
+    def wrap(f):
+        options[f.__name__] = {k: v for k, v in kwargs.items() if isinstance(v, (bool, int, float, str))}
+        return decorate(f)
+    return wrap
+modal.App.function = recording
+real_with_options = modal.Function.with_options
+def with_options_recording(self, **kwargs):
+    options.setdefault("with_options", []).append({k: v for k, v in kwargs.items() if isinstance(v, (str, float))})
+    return real_with_options(self, **kwargs)
+modal.Function.with_options = with_options_recording
+import orchestrator.runners.modal_functions as functions
+functions.configured(gpu="a100", cpu=4)
+print(json.dumps(options))
+"""
+
+
+def test_candidate_code_and_policies_run_in_single_use_containers_without_network(tmp_path):
+    """What the real modal.App.function is given for each function that runs a candidate's code or policy:
+    a container of its own per call (nothing a run leaves reaches a confirmation), no network, no Modal API."""
+    proc = subprocess.run([PYTHON, "-c", RECORD_FUNCTION_OPTIONS], cwd=AUTORL_ROOT, env=offline_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    options = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("train_experiment", "check_backend", "evaluate_policy", "gpu_doctor"):
+        assert options[name].get("single_use_containers") is True, (name, options[name])
+        assert options[name].get("block_network") is True and options[name].get("restrict_modal_access") is True
+    assert not options["night_daemon"].get("single_use_containers")  # the daemon itself: one long call
+
+
+def test_containers_get_exactly_the_gpu_type_a_night_names(tmp_path):
+    """Modal runs an "H100" request on an H200 where it can, and "A100" on an A100-80GB; verdicts are
+    keyed by the GPU, so a mixed pool made training calls stale one by one. The request pins the type."""
+    proc = subprocess.run([PYTHON, "-c", RECORD_FUNCTION_OPTIONS], cwd=AUTORL_ROOT, env=offline_env(tmp_path),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    options = __import__("json").loads(proc.stdout.strip().splitlines()[-1])
+    for name in ("train_experiment", "check_backend", "gpu_doctor"):
+        assert options[name]["gpu"] == "H100!", options[name]   # AUTORL_MODAL_GPU's default, H100
+    assert [o["gpu"] for o in options["with_options"]] == ["A100-40GB", "A100-40GB"]   # --modal-gpu a100
+    assert [modal_functions.exact_gpu(g) for g in ("H100", "h100:2", "H200", "B200", "A100-80GB", "L40S")] == [
+        "H100!", "H100!:2", "H200", "B200", "A100-80GB", "L40S"]
+
+
+def test_a_reused_container_is_cleaned_before_a_confirmation_trains(autorl_repo, tmp_path, monkeypatch):
+    """Should Modal serve a second call in a container, what the first run left in /tmp (weights to warm-start
+    from, a compile cache) is gone before the second trains, and the reply names it; the container's own
+    files are left alone. Outside a container nothing is touched."""
+    tmp = tmp_path / "container-tmp"
+    (tmp / "modal-runtime").mkdir(parents=True)   # there before any call: the container's own
+    monkeypatch.setattr(modal_experiment.tempfile, "tempdir", str(tmp))
+    monkeypatch.delenv(modal_experiment.CONTAINER_ENV, raising=False)
+    (tmp / "not-in-a-container.txt").write_text("left alone")
+    assert modal_experiment.fresh_scratch() == [] and (tmp / "not-in-a-container.txt").exists()
+    (tmp / "not-in-a-container.txt").unlink()
+
+    monkeypatch.setenv(modal_experiment.CONTAINER_ENV, "ta-test")
+    leaves_weights = tiny_train_py(BIAS=0.0) + (
+        "import tempfile as _t\n"
+        "_seen = sorted(p.name for p in Path(_t.gettempdir()).iterdir() if p.name.startswith('warm'))\n"
+        "print(f\"warm_files: {len(_seen)}\")\n"
+        "(Path(_t.gettempdir()) / 'warm-weights.pt').write_bytes(b'weights of an earlier run')\n"
+        "(Path(_t.gettempdir()) / 'warm-cache').mkdir(exist_ok=True)\n")
+    archive = archive_of(autorl_repo(train_py=leaves_weights))
+    env = {"TMPDIR": str(tmp)}
+    first = modal_experiment.train_archive(archive, "CartPole-v1", 10, 1, extra_env=env)
+    assert first["returncode"] == 0, first["log"]
+    assert first["metrics"]["warm_files"] == 0 and first["left_by_earlier_call"] == []
+    assert (tmp / "warm-weights.pt").exists()
+    second = modal_experiment.train_archive(archive, "CartPole-v1", 10, 2, extra_env=env)
+    assert second["returncode"] == 0, second["log"]
+    assert second["metrics"]["warm_files"] == 0, "the confirmation found its first run's files"
+    assert second["left_by_earlier_call"] == ["warm-cache", "warm-weights.pt"]
+    assert (tmp / "modal-runtime").is_dir()
 
 
 def test_train_experiment_local_with_the_real_train_py(autorl_repo, one_eval_worker):
@@ -339,10 +416,11 @@ def test_clone_bundle_and_restore_run_resume_a_night(autorl_repo, tmp_path):
 def test_run_night_saves_the_run_to_the_volume_folder(autorl_repo, tmp_path, monkeypatch):
     """A short night of the real daemon (local runner here, so no Modal): the volume folder ends with
     the run folder, the branch bundle and the night's log; the same tag again is refused."""
-    repo = autorl_repo(train_py=tiny_train_py(BIAS=0.0))
+    repo = autorl_repo(train_py=tiny_train_py(BIAS=0.0) + "print(f\"eval_cpu: {os.environ['AUTORL_MODAL_EVAL_CPU']}\")\n")
     bundle = tmp_path / "checkout.bundle"
     git.Repo(repo).git.bundle("create", str(bundle), "HEAD", "--branches")
     monkeypatch.setenv("PYTHONPATH", str(AUTORL_ROOT))  # the daemon's package (the temp checkout has none)
+    monkeypatch.delenv("AUTORL_MODAL_EVAL_CPU", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     commits = []
     # Setup verification is tested elsewhere (here it costs a minute); grace 10: a tiny train.py still
@@ -350,10 +428,16 @@ def test_run_night_saves_the_run_to_the_volume_folder(autorl_repo, tmp_path, mon
     args = ("--runner local --max-experiments 0 --budget 2 --eval-episodes 3 --eval-workers 1 --grace 10 "
             "--backoff 0.2 --no-setup-verify")
     volume_dir = tmp_path / "volume"
+    # the container sizes of the machine the night was started from reach the night's daemon (which
+    # calls and bills with them); anything else in the settings does not
+    started_from = {"AUTORL_MODAL_EVAL_CPU": "3", "AUTORL_MODAL_GPU": "A100", "PATH": "/nowhere", "HOME": "/x"}
     rc = modal_night.run_night(bundle.read_bytes(), "CartPole-v1", "n1", args, volume_dir,
-                               commit=lambda: commits.append(1), workdir=tmp_path / "night", poll_s=0.2)
+                               commit=lambda: commits.append(1), workdir=tmp_path / "night", poll_s=0.2,
+                               settings=container_settings(started_from) | {"PATH": "/nowhere"})
     assert rc == 0, (volume_dir / "n1" / "night.log").read_text()[-3000:]
     saved = volume_dir / "n1"
+    assert container_settings(started_from) == {"AUTORL_MODAL_EVAL_CPU": "3", "AUTORL_MODAL_GPU": "A100"}
+    assert "eval_cpu: 3" in (saved / "exp-0000" / "train.log").read_text()
     assert "baseline" in (saved / "results.tsv").read_text()
     assert (saved / BUNDLE_NAME).is_file() and (saved / "night.log").read_text()
     assert not (saved / "daemon.lock").exists()

@@ -49,7 +49,8 @@ def modal_factory(fake: FakeModal, policy: CallPolicy = QUICK, prices: ComputePr
 
 def options(repo, replay, fake, policy: CallPolicy = QUICK, factory=None, **kw):
     # grace 10: the tiny train.py still imports torch, which a loaded machine must not turn into a kill
-    settings = dict(env_id="CartPole-v1", tag="cloud", agent="replay", budget_s=2, grace_s=10, eval_episodes=10,
+    settings = dict(env_id="CartPole-v1", tag="cloud", agent="replay", budget_s=2, grace_s=10, export_margin_s=30,
+                    rescore_seeds=0, eval_episodes=10,
                     eval_workers=1, baselines=2, runner="modal", repo=repo, agent_args=Namespace(replay_dir=replay),
                     runner_factory=factory or modal_factory(fake, policy))
     return Options(**{**settings, **kw})
@@ -70,7 +71,8 @@ class OneRunner:
         self.folder.harness.write_bytes(self.harness)
         workspace = Workspace(repo, "t")
         self.commit = workspace.create()
-        config = RunConfig(tag="t", env_id="CartPole-v1", budget_s=2, grace_s=10, eval_episodes=5, eval_seed=1000,
+        config = RunConfig(tag="t", env_id="CartPole-v1", budget_s=2, grace_s=10, export_margin_s=30, eval_episodes=5,
+                           eval_seed=1000,
                            train_seeds=[1], confirm_seed=2, eval_timeout_s=300, eval_workers=1, schedule=["train"],
                            main_root=str(repo), worktree=str(workspace.path), branch=workspace.branch,
                            base_commit=self.commit, harness_sha256=hashlib.sha256(self.harness).hexdigest(),
@@ -347,6 +349,21 @@ def test_resume_after_the_daemon_died_with_its_ephemeral_app(autorl_repo, tmp_pa
 
 
 # ---------------------------------------------------------------- the volume
+def test_a_changed_container_verifies_each_passing_backend_again_under_the_name_verify_takes():
+    """A translation file's verdict names the snapshot it was verified in: verified again as the commit's
+    envs_fast/<file>. A built-in backend's is verified as itself: `envs_fast/mujoco_batch` is no file
+    (verify exits 2), which cost a night its MuJoCo fast path after any container change."""
+    from orchestrator.runners.modal import reverify_specs
+
+    records = [{"spec": "/runs/.snapshots/t/exp-0003-verify-1a2b3c/envs_fast/cartpole_v1.py", "passed": True},
+               {"spec": "envs_fast/cartpole_v1.rs", "passed": True},
+               {"spec": "mujoco_batch", "passed": True}, {"spec": "mjx", "passed": True},
+               {"spec": "gymnax", "passed": True}, {"spec": "envpool", "passed": True},
+               {"spec": "envs_fast/acrobot_v1.py", "passed": False}, {"spec": "", "passed": True}, None]
+    assert reverify_specs(records) == ["envpool", "envs_fast/cartpole_v1.py", "envs_fast/cartpole_v1.rs", "gymnax",
+                                       "mjx", "mujoco_batch"]
+
+
 def test_the_volume_shows_a_containers_files_only_after_commit_and_reload(tmp_path):
     volume = FakeVolume(tmp_path / "storage")
     writer, reader = volume.mount(tmp_path / "night"), volume.mount(tmp_path / "other")
@@ -383,6 +400,31 @@ def test_price_table_override(tmp_path):
     assert ComputePrices.load(None).cost(3600, "H100", 0) == pytest.approx(3.95)
     with pytest.raises(ValueError, match="modal-price-table"):
         ComputePrices.load(str(tmp_path / "missing.json"))
+    prices = ComputePrices.load(None)
+    assert prices.cost(3600, "H100!", 0) == pytest.approx(3.95)   # the pinned request bills as the type
+    assert prices.cost(3600, "h100:2", 0) == pytest.approx(7.90)
+    # a GPU the table has no rate for is refused, not billed at the H100 rate
+    assert "--modal-price-table" in prices.missing("RTX-PRO-6000") and prices.missing("A100-80GB") is None
+    with pytest.raises(ValueError, match="no price for the GPU 'RTX-PRO-6000'"):
+        prices.cost(60, "RTX-PRO-6000", 8)
+
+
+def test_runner_modal_on_a_gpu_without_a_price_fails_before_anything(autorl_repo, tmp_path):
+    repo = autorl_repo(tiny_train_py())
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "MODAL_TOKEN_ID": "", "MODAL_TOKEN_SECRET": "", "MODAL_CONFIG_PATH": str(home / "none")}
+    result = run_daemon(repo, "run", "--env", "CartPole-v1", "--tag", "cloud", "--runner", "modal", "--modal-gpu",
+                        "RTX-PRO-6000", "--max-experiments", "1", *FAST, env=env, timeout=60)
+    assert result.returncode != 0 and "no price for the GPU 'RTX-PRO-6000'" in result.stderr, result.stderr
+    assert "--modal-price-table" in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (repo / "results" / "cloud").exists() and not (repo / "runs" / "cloud").exists()
+    table = tmp_path / "prices.json"
+    table.write_text(json.dumps({"RTX-PRO-6000": 3.0}))
+    priced = run_daemon(repo, "run", "--env", "CartPole-v1", "--tag", "cloud", "--runner", "modal", "--modal-gpu",
+                        "RTX-PRO-6000", "--modal-price-table", str(table), "--max-experiments", "1", *FAST, env=env,
+                        timeout=60)
+    assert priced.returncode != 0 and "modal token new" in priced.stderr   # priced: on to the credentials
 
 
 def test_pull_without_a_token_says_how_to_get_one(autorl_repo, tmp_path):

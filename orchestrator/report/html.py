@@ -78,6 +78,12 @@ def _cards(night: Night) -> str:
         cards.append(f'<div class="card"><b class="{css}">{html.escape(value)}</b><span>{html.escape(label)}</span>'
                      "</div>")
 
+    r = night.rescore
+    if r is not None:
+        low, high = r.interval
+        card(num(r.gain, ".2f", True), f"out of sample: best - start on {len(r.seeds)} fresh seeds, 95% CI "
+                                       f"[{num(low, '.2f', True)}, {num(high, '.2f', True)}]",
+             "up" if r.gain > 0 else "down")
     base = night.baseline
     card(num(night.baseline_score, ".2f"), f"baseline (IQM {num(base.iqm if base else None, '.2f')}; "
                                             f"noise σ {num(night.noise, '.2f')})")
@@ -85,7 +91,7 @@ def _cards(night: Night) -> str:
         low, high = night.ci
         card(num(night.best_row["score"], ".2f"), f"best: exp {night.best_row['exp']} "
                                                    f"(IQM {num(night.best.iqm if night.best else None, '.2f')})")
-        card(num(night.gain, ".2f", True), f"gain, 95% CI over seeds [{num(low, '.2f', True)}, {num(high, '.2f', True)}]",
+        card(num(night.gain, ".2f", True), f"in-sample gain (biased up), 95% CI over seeds [{num(low, '.2f', True)}, {num(high, '.2f', True)}]",
              "up" if night.gain > 0 else "down")
     experiments = night.rows[night.rows.exp > 0].drop_duplicates("exp", keep="last")
     card(str(len(experiments)), f"experiments ({(experiments.status == 'keep').sum()} kept)")

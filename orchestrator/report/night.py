@@ -19,6 +19,8 @@ from ..inflight import recorded
 from ..results import ExpFolder, ResultsFile, RunFolder, read_json
 from ..keep_rule import Noise, night_noise
 from .statistics import iqm, seed_ci
+from .rescored import Rescore
+from .rescored import load as load_rescore
 
 FAILED = ("crash", "timeout", "invalid", "interrupted")
 
@@ -60,6 +62,7 @@ class Night:
     pid: Optional[int] = None
     transfer: "object" = None           # pandas.DataFrame of transfer.tsv, or None
     noise_estimate: Optional[Noise] = None   # the keep rule's, from every run of the night
+    rescore: Optional[Rescore] = None   # the start and the best on fresh seeds (rescore.json), if done
 
     @property
     def folder(self) -> RunFolder:
@@ -174,6 +177,7 @@ def load(run_dir: Path) -> Night:
     for row in rows:
         if row.phase == "translate" and row.status == "keep":
             night.translations.append({**vars(row), **read_json(folder.exp(row.exp).translate)})
+    night.rescore = load_rescore(run_dir)
     night.pid = lock_holder(run_dir)
     night.in_flight = recorded(run_dir) if night.pid else []
     if folder.transfer_tsv.exists():

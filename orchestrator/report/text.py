@@ -57,6 +57,9 @@ def summary_text(night: Night) -> str:
     c, rows = night.config, night.rows
     lines = [f"{night.tag}: {c.get('env_id', '?')}, {c.get('agent', '?')} agent, budget {c.get('budget_s', 0):g}s, "
              f"{c.get('eval_episodes', '?')} eval episodes; {state_line(night)}"]
+    r = night.rescore
+    if r is not None:  # the figure to read first: measured outside the runs that chose the best
+        lines.append(f"  out of sample: best - start {r.line()}")
     if night.baseline_score == night.baseline_score:  # not nan
         base = night.baseline
         iqm_text = num(base.iqm if base else None, ".2f")
@@ -72,7 +75,8 @@ def summary_text(night: Night) -> str:
         lines.append(f"  best     {num(b['score'], '.2f'):>10}   IQM {iqm_text}   exp {b['exp']}, "
                      f"commit {b['commit']}")
         lines.append(f"  gain     {num(night.gain, '.2f', True):>10}   95% CI [{num(low, '.2f', True)}, "
-                     f"{num(high, '.2f', True)}] (over training seeds: the keep rule's noise, t interval)")
+                     f"{num(high, '.2f', True)}] (in-sample: on the runs that chose the best, biased up; "
+                     "over training seeds, t interval)")
     elif night.best_row is not None:
         lines.append("  best       the baseline (no experiment has beaten it yet)")
     kept_rows = kept(night)

@@ -156,13 +156,15 @@ def side_by_side_args(seconds: float, rounds: int) -> list[str]:
 
 def train_failure(train: TrainOutcome, folder: ExpFolder, config: RunConfig, budget_s: float) -> Measurement:
     """The measurement of a train run (of `budget_s`) so far: a status when it failed, else None to go on.
-    The budget is a budget: the artifact must be complete by budget + the run's allowance (grace_s),
-    the kill deadline; a train.py still training then stretched its budget and is `invalid`."""
+    The budget is exact: an artifact completed later than budget + config.export_margin_s (by the daemon's
+    clock, from train.py's start) trained on time it was not given and is `invalid`; the run's allowance
+    (grace_s) is only the kill deadline for a run that hangs."""
     m = Measurement(env_steps=_int(train.metrics.get("env_steps")), sps=_float(train.metrics.get("sps")),
                     wall_s=train.wall_s, budget_s=budget_s, trained_s=train.artifact_s)
     tail = log_tail(folder.train_log)
     limit = budget_s + config.grace_s
     budget = f"a {budget_s:g} s budget, allowance {config.grace_s:g} s"
+    late = train.artifact_s is not None and train.artifact_s > budget_s + config.export_margin_s
     if train.interrupted:
         m.status, m.note = "interrupted", "stopped during training"
     elif train.infrastructure:
@@ -171,10 +173,15 @@ def train_failure(train: TrainOutcome, folder: ExpFolder, config: RunConfig, bud
         m.status, m.failure = "crash", tail
         m.note = f"wrote more than {config.max_output_mb:g} MB into AUTORL_OUTPUT_DIR"
         m.failure = f"{m.note}; the run was killed. Write only the policy artifact (and small files).\n{tail}"
-    elif train.timed_out and train.artifact_s is not None and train.artifact_s <= limit:
+    elif train.timed_out and train.artifact_s is not None and not late:
         m.status, m.failure = "timeout", tail
         m.note = (f"killed at {limit:g}s: the artifact was complete at {train.artifact_s:.0f}s, but {TRAIN_SCRIPT} "
                   f"had not exited ({budget})")
+    elif late:
+        m.status, m.note = "invalid", f"trained {train.artifact_s:.1f} s of a {budget_s:g} s budget"
+        m.failure = (f"{TRAIN_SCRIPT} completed its artifact {train.artifact_s:.1f} s after it started; it must train "
+                     f"within TIME_BUDGET (evaluate.TIME_BUDGET, {budget_s:g} s here, counted from the process start) "
+                     f"and export within {config.export_margin_s:g} s of it. Its score was not taken.\n{tail}")
     elif train.timed_out:  # still training (or exporting) at the deadline: it stretched its budget
         m.status, m.note = "invalid", f"trained >= {limit:g} s of {budget}"
         m.failure = (f"{TRAIN_SCRIPT} must train within TIME_BUDGET (evaluate.TIME_BUDGET, {budget_s:g} s here, "

@@ -40,12 +40,15 @@ from ..disk import prune
 from ..inflight import InFlight
 from ..sandbox import Sandbox, Walls
 from ..usercache import USER_CACHE_ENV
-from ..workspace import Workspace
+from ..workspace import Workspace, remove_snapshot
 from .base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
                    add_evaluation, read_eval_json, side_by_side_args, train_failure)
 
 
 JAX_CACHE_ENV = "AUTORL_JAX_CACHE_DIR"  # train.py points JAX's persistent compilation cache there
+# evaluate.py's exit codes and its error line (the daemon never imports a harness it runs)
+ENV_CHANGED_EXIT, POLICY_REFUSED_EXIT = 3, 4
+HARNESS_ERROR_PREFIX = "evaluate.py: error: "
 
 
 class LocalRunner:
@@ -93,7 +96,7 @@ class LocalRunner:
         return Walls(cwd=cwd, read_only=read_only + toolchain, writable=writable, hidden=self.hidden)
 
     def _backend_env(self, cache: Path) -> dict:
-        # the run's budget: it decides which of train.py's paths the bench measures (LEARNER "auto")
+        # the run's budget: it decides how many envs train.py's jax-host path steps (what the bench measures)
         env = {"AUTORL_VERIFY_CACHE": str(cache), "PYTHONDONTWRITEBYTECODE": "1", "PYTHONUNBUFFERED": "1",
                "AUTORL_TIME_BUDGET": number_arg(self.settings.config.budget_s)}
         if self.rust:
@@ -166,21 +169,30 @@ class LocalRunner:
         env = processes.scrubbed_env(extra)
         env.pop("PYTHONPATH", None)  # nothing but installed packages and the harness itself
         folder.eval_json.unlink(missing_ok=True)
+        # the only writable place: the folder eval.json is written to; a created env's code is a sibling
+        # (not inside it: a writable bind over its parent would cover a read-only one), read-only
         scratch = self._scratch(f"{folder.path.name}-eval")
         out_json = scratch / folder.eval_json.name
+        env_root: Optional[Path] = None
+        read_only = [s.harness, policy]
         try:
             if c.env_folder and commit:
-                env["AUTORL_ENV_ROOT"] = str(self.workspace.extract(commit, scratch / "env-root", [c.env_folder]))
+                env_root = self.workspace.extract(commit, self._scratch(f"{folder.path.name}-env") / "env-root",
+                                                  [c.env_folder], read_only=True)
+                read_only.append(env_root)
+                env["AUTORL_ENV_ROOT"] = str(env_root)
                 env["AUTORL_ENV_SHA256"] = c.env_sha256 or ""
+                env["PYTHONDONTWRITEBYTECODE"] = "1"
             cmd = [sys.executable, str(s.harness), "--policy", str(policy), "--env", c.env_id,
                    "--episodes", str(c.eval_episodes), "--seed", str(c.eval_seed), "--out", str(out_json)]
             proc = self._spawn(slot, "eval", cmd, scratch, env, folder.eval_log, c.eval_timeout_s,
-                               f"evaluating {c.eval_episodes} episodes",
-                               self._walls(scratch, [s.harness, policy], [scratch]))
+                               f"evaluating {c.eval_episodes} episodes", self._walls(scratch, read_only, [scratch]))
             if out_json.exists():
                 shutil.copyfile(out_json, folder.eval_json)
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
+            if env_root is not None:
+                remove_snapshot(env_root.parent)
         if proc.interrupted:
             return EvalOutcome(False, error="interrupted", interrupted=True, wall_s=proc.wall_s)
         if proc.timed_out:
@@ -188,9 +200,14 @@ class LocalRunner:
                                wall_s=proc.wall_s)
         if proc.returncode != 0 or not folder.eval_json.exists():
             reason = log_tail(folder.eval_log, 1) or f"evaluate.py exited with {proc.returncode}"
-            # 3 is evaluate.ENV_CHANGED_EXIT: the frozen env folder changed, which is no crash of the candidate's
-            changed_env = bool(c.env_folder) and proc.returncode == 3
-            return EvalOutcome(False, error=reason, wall_s=proc.wall_s, tampered=changed_env)
+            # Neither is a crash of the candidate's; both are recorded invalid with the harness's reason: the
+            # frozen env folder changed (evaluate.ENV_CHANGED_EXIT), or the policy's graph holds an op a policy
+            # may not use (evaluate.POLICY_REFUSED_EXIT).
+            changed_env = bool(c.env_folder) and proc.returncode == ENV_CHANGED_EXIT
+            refused = changed_env or proc.returncode == POLICY_REFUSED_EXIT
+            if refused:
+                reason = reason.removeprefix(HARNESS_ERROR_PREFIX)
+            return EvalOutcome(False, error=reason, wall_s=proc.wall_s, tampered=refused)
         result, error = read_eval_json(folder.eval_json)
         if result is None:
             return EvalOutcome(False, error=error, wall_s=proc.wall_s)
@@ -307,7 +324,7 @@ class LocalRunner:
         return cancel_local(handle, [self.workspace.path, self.snapshots, self.settings.harness.parent])
 
     def close(self) -> None:
-        shutil.rmtree(self.snapshots, ignore_errors=True)
+        remove_snapshot(self.snapshots)  # (a read-only env root left by a kill too)
         self.jax_caches.remove()
 
 

@@ -64,13 +64,25 @@ class ComputePrices:
                 raise ValueError(f"--modal-price-table {path}: {exc}") from None
         return cls(table)
 
+    def missing(self, gpu: str) -> Optional[str]:
+        """Why `gpu` cannot be billed (no rate for it in the table), or None."""
+        name = gpu.upper().partition(":")[0].rstrip("!")
+        if name in self.per_hour:
+            return None
+        return (f"no price for the GPU {gpu!r} in the compute price table: give its USD per hour with "
+                f"--modal-price-table FILE (JSON, e.g. {{\"{name}\": 4.0}}); known: "
+                f"{', '.join(sorted(k for k in self.per_hour if k != 'CPU_CORE'))}")
+
     def cost(self, seconds: float, gpu: Optional[str], cpu: float) -> float:
         """USD for `seconds` of a container with `gpu` ("H100", "a100-80gb", "H100:2": two of them)
-        and `cpu` cores; a GPU type not in the table is billed at the H100 rate."""
+        and `cpu` cores. A GPU type not in the table is refused (`missing`), never billed at a guess."""
         gpu_rate = 0.0
         if gpu:
+            problem = self.missing(gpu)
+            if problem:
+                raise ValueError(problem)
             name, _, count = gpu.upper().partition(":")
-            gpu_rate = self.per_hour.get(name, self.per_hour["H100"]) * (int(count) if count.isdigit() else 1)
+            gpu_rate = self.per_hour[name.rstrip("!")] * (int(count) if count.isdigit() else 1)
         return seconds / 3600 * (gpu_rate + cpu * self.per_hour["CPU_CORE"])
 
 
@@ -147,6 +159,9 @@ class ModalRunner:
                 break
         result = call.value or {}
         folder.train_log.write_text(result.get("log", "") + _call_note(call))
+        if result.get("left_by_earlier_call"):  # a reused container, cleaned before training
+            log.warning("%s: the training container had served an earlier call; removed what it left in /tmp: %s",
+                        slot.label, ", ".join(result["left_by_earlier_call"][:5]))
         policy = None
         if result.get("policy"):
             policy = folder.out / (result.get("policy_name") or "policy.pt")
@@ -298,13 +313,11 @@ class ModalRunner:
     def _verify_again(self, slot: Slot, commit: str, why: str, environment: dict) -> bool:
         """A training container runs elsewhere than the run's verdicts were reached: verify each passing
         one again in such a container (never trusted across package versions). True when done."""
-        passing = sorted({Path(str(read_json(p).get("spec", ""))).name for p in self.settings.verify_cache.glob("verdict-*.json")
-                          if read_json(p).get("passed")} - {""})
+        passing = reverify_specs(read_json(p) for p in self.settings.verify_cache.glob("verdict-*.json"))
         log.warning("%s: %s; verifying %s again in a container of this run's", slot.label, why,
                     ", ".join(passing) or "nothing")
         self._remember(environment)
-        for name in passing:
-            spec = name if name == "gymnax" else f"envs_fast/{name}"
+        for spec in passing:
             outcome = self.verify(Slot(slot.exp, slot.folder, f"{slot.label} re-verify"), commit, spec, 0)
             if outcome.interrupted:
                 return False
@@ -329,6 +342,18 @@ class ModalRunner:
     def close(self) -> None:
         self.local.close()
         self._close()
+
+
+def reverify_specs(verdicts) -> list[str]:
+    """The backends to verify again, as `envs_fast.verify --backend` takes them, from verdict records:
+    each passing one's spec, a translation file's as the commit's `envs_fast/<file>` (its record names
+    the snapshot it was verified in), a built-in backend's (gymnax, mujoco_batch, mjx, envpool) as is."""
+    specs = set()
+    for record in verdicts:
+        spec = str((record or {}).get("spec") or "")
+        if spec and (record or {}).get("passed"):
+            specs.add(f"envs_fast/{Path(spec).name}" if is_file_spec(spec) else spec)
+    return sorted(specs)
 
 
 def _call_note(call: CallOutcome) -> str:

@@ -13,6 +13,7 @@ import io
 import json
 import os
 import secrets
+import shutil
 import sys
 import tarfile
 import tempfile
@@ -25,14 +26,50 @@ from ..processes import file_fingerprint, run_group, scrubbed_env
 
 LOG_CAP_BYTES = 2_000_000    # the end of a train log that comes back
 EVAL_TIMEOUT_S = 1800        # the harness itself
+POLICY_REFUSED_EXIT = 4      # evaluate.POLICY_REFUSED_EXIT: the policy's graph holds an op a policy may not use
 
 
 class HarnessRefused(ValueError):
-    """The harness bytes do not have the hash the daemon recorded: nothing was run."""
+    """The harness bytes do not have the hash the daemon recorded (nothing was run), or the harness refused
+    the policy before running it (an op a policy may not use): recorded `invalid`, never a crash."""
 
 
 class HarnessFailed(RuntimeError):
     """The harness ran and failed (bad artifact, timeout): the message is its last log line."""
+
+
+# ---------------------------------------------------------------- a container's scratch
+CONTAINER_ENV = "MODAL_TASK_ID"          # set by Modal in every container
+CLEAN_STATE_FILE = ".autorl-clean-tmp"   # the temp folder's entries before the container's first call
+
+
+def fresh_scratch() -> list[str]:
+    """In a Modal container: remove what an earlier call left in the temp folder and return its names.
+
+    The candidate functions run in single-use containers (modal_functions.CANDIDATE_CONTAINER), so
+    there is nothing to remove; should a container ever serve a second call, a confirmation must still
+    not find its first run's weights or compile cache in /tmp. The first call records the folder's
+    entries as the container started (before any candidate code ran); every later one removes the rest
+    and checks they are gone. Outside a container (tests, `.local()`) it does nothing."""
+    if not os.environ.get(CONTAINER_ENV):
+        return []
+    tmp = Path(tempfile.gettempdir())
+    state = tmp / CLEAN_STATE_FILE
+    if not state.exists():
+        state.write_text(json.dumps(sorted(p.name for p in tmp.iterdir())))
+        return []
+    clean = set(json.loads(state.read_text())) | {CLEAN_STATE_FILE}
+    left = sorted(p.name for p in tmp.iterdir() if p.name not in clean)
+    for name in left:
+        path = tmp / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+    remaining = sorted(p.name for p in tmp.iterdir() if p.name not in clean)
+    if remaining:
+        raise RuntimeError(f"an earlier call's files in {tmp} could not be removed: {', '.join(remaining[:5])}")
+    return left
 
 
 # ---------------------------------------------------------------- train
@@ -89,6 +126,7 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
                 "policy_name": None, "log": "", "metrics": {}, "returncode": None, "timed_out": False, "wall_s": 0.0,
                 "artifact_s": None}
     grace = budget_allowance(budget) if grace is None else grace
+    left = fresh_scratch()
     with tempfile.TemporaryDirectory(prefix="autorl-train-") as tmp:
         checkout, out_dir, log_path = Path(tmp) / "checkout", Path(tmp) / "out", Path(tmp) / "train.log"
         checkout.mkdir()
@@ -112,6 +150,7 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
             "wall_s": proc.wall_s,
             "artifact_s": proc.artifact_s,
             "environment": here,
+            "left_by_earlier_call": left,
         }
 
 
@@ -163,6 +202,7 @@ def check_archive(archive: bytes, env_id: str, stage: str, args: list[str], reco
         return {"environment": environment()}
     if stage not in ("verify", "bench"):
         raise ValueError(f"unknown stage {stage!r}")
+    fresh_scratch()
     with tempfile.TemporaryDirectory(prefix=f"autorl-{stage}-") as tmp:
         checkout, log_path, out = Path(tmp) / "checkout", Path(tmp) / f"{stage}.log", Path(tmp) / f"{stage}.json"
         checkout.mkdir()
@@ -211,6 +251,7 @@ def score_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: str
     name = Path(policy_name or "policy.pt").name
     if name not in POLICY_NAMES:
         raise HarnessFailed(f"policy name {policy_name!r} is not one of {', '.join(POLICY_NAMES)}")
+    fresh_scratch()
     with tempfile.TemporaryDirectory(prefix="autorl-eval-") as tmp:
         folder = Path(tmp)
         (folder / "evaluate.py").write_bytes(harness)
@@ -223,8 +264,11 @@ def score_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: str
         proc = run_group(cmd, folder, env, log_path, timeout_s, lambda: False)
         if proc.timed_out:
             raise HarnessFailed(f"evaluation took longer than {timeout_s:.0f}s")
+        reason = log_tail(log_path, 1) or f"evaluate.py exited with {proc.returncode}"
+        if proc.returncode == POLICY_REFUSED_EXIT:
+            raise HarnessRefused(reason.removeprefix("evaluate.py: error: "))
         if proc.returncode != 0 or not out_json.exists():
-            raise HarnessFailed(log_tail(log_path, 1) or f"evaluate.py exited with {proc.returncode}")
+            raise HarnessFailed(reason)
         return json.loads(out_json.read_text())
 
 

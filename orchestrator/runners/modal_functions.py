@@ -42,6 +42,18 @@ JAX_CUDA_SPEC = f"jax[cuda{CUDA_MAJOR}]"  # the CUDA plugin of the jax pyproject
 APT_PACKAGES = ("swig", "build-essential", "git", "tzdata", "bubblewrap")
 
 TRAIN_GPU = os.environ.get("AUTORL_MODAL_GPU", "H100")
+# Modal may run an "H100" request on an H200, and an "A100" one on an A100-80GB. A night's verdicts
+# and figures are keyed by the GPU they were reached on, so a mixed pool would make its training
+# calls stale one by one: the containers are asked for exactly the type named.
+EXACT_GPU = {"H100": "H100!", "A100": "A100-40GB"}
+
+
+def exact_gpu(gpu: str) -> str:
+    """The Modal GPU request for `gpu` ("H100", "a100:2", ...) that no upgrade can change."""
+    name, colon, count = gpu.partition(":")
+    return EXACT_GPU.get(name.upper(), name) + colon + count
+
+
 TRAIN_CPU = float(os.environ.get("AUTORL_MODAL_CPU", 8))
 EVAL_CPU = eval_cpu()
 NIGHT_CPU = 2.0
@@ -64,6 +76,12 @@ app = modal.App("autorl", image=image)
 results_volume = modal.Volume.from_name(VOLUME_NAME, create_if_missing=True)
 
 
+# Where candidate code or a candidate's policy runs: no network, no Modal API, and a container of its own
+# for each call (single-use), so nothing one run leaves in it (weights or a compile cache in /tmp, a
+# patched package) reaches a later run: a confirmation cannot warm-start from its first run
+CANDIDATE_CONTAINER = dict(block_network=True, restrict_modal_access=True, single_use_containers=True)
+
+
 def image_problem() -> Optional[str]:
     """None when this checkout has the files the image is built from (read only when Modal builds
     it, so a missing one would fail after the run was created), else one line."""
@@ -73,8 +91,7 @@ def image_problem() -> Optional[str]:
     return None
 
 
-@app.function(gpu=TRAIN_GPU, cpu=TRAIN_CPU, timeout=TRAIN_TIMEOUT_S, block_network=True,
-              restrict_modal_access=True)
+@app.function(gpu=exact_gpu(TRAIN_GPU), cpu=TRAIN_CPU, timeout=TRAIN_TIMEOUT_S, **CANDIDATE_CONTAINER)
 def train_experiment(archive: bytes, env_id: str, budget: float, seed: int, grace: float | None = None,
                      extra_env: dict | None = None, verdicts: dict | None = None, keyed_for: dict | None = None) -> dict:
     """Train a commit (`git archive --format=tar.gz COMMIT`) for `budget` seconds on a GPU, choosing
@@ -83,7 +100,7 @@ def train_experiment(archive: bytes, env_id: str, budget: float, seed: int, grac
     return train_archive(archive, env_id, budget, seed, grace, extra_env, verdicts=verdicts, keyed_for=keyed_for)
 
 
-@app.function(gpu=TRAIN_GPU, cpu=TRAIN_CPU, timeout=CHECK_TIMEOUT_S, block_network=True, restrict_modal_access=True)
+@app.function(gpu=exact_gpu(TRAIN_GPU), cpu=TRAIN_CPU, timeout=CHECK_TIMEOUT_S, **CANDIDATE_CONTAINER)
 def check_backend(archive: bytes, env_id: str, stage: str, args: list, records: dict, timeout_s: float,
                   budget_s: float = 0.0) -> dict:
     """Verify or benchmark a backend of a commit in a train container (the GPU training will run
@@ -91,7 +108,7 @@ def check_backend(archive: bytes, env_id: str, stage: str, args: list, records: 
     return check_archive(archive, env_id, stage, list(args), records, timeout_s, budget_s=budget_s)
 
 
-@app.function(cpu=EVAL_CPU, timeout=EVAL_TIMEOUT_S + 300, block_network=True, restrict_modal_access=True)
+@app.function(cpu=EVAL_CPU, timeout=EVAL_TIMEOUT_S + 300, **CANDIDATE_CONTAINER)
 def evaluate_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: str, seed: int, episodes: int,
                     policy_name: str = "policy.pt") -> dict:
     """Score a policy artifact with the trusted harness (checked against its sha256) on CPUs."""
@@ -99,7 +116,7 @@ def evaluate_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: 
                         workers=max(1, int(EVAL_CPU)))  # (the host's core count is not the container's share)
 
 
-@app.function(gpu=TRAIN_GPU, cpu=TRAIN_CPU, timeout=1800, block_network=True, restrict_modal_access=True)
+@app.function(gpu=exact_gpu(TRAIN_GPU), cpu=TRAIN_CPU, timeout=1800, **CANDIDATE_CONTAINER)
 def gpu_doctor(archive: bytes, budget: float = DOCTOR_BUDGET_S) -> dict:
     """The driver, what torch and JAX see, the commit's train.py on CartPole on each path, and the
     speed of its JAX physics ports, in a train container (modal_doctor.diagnose)."""
@@ -108,13 +125,13 @@ def gpu_doctor(archive: bytes, budget: float = DOCTOR_BUDGET_S) -> dict:
 
 @app.function(cpu=NIGHT_CPU, timeout=NIGHT_TIMEOUT_S, volumes={RESULTS_MOUNT: results_volume})
 def night_daemon(bundle: bytes, env_id: str, tag: str, run_args: str = "", identity: tuple | None = None,
-                 tz: str = "") -> int:
+                 tz: str = "", settings: dict | None = None) -> int:
     """The daemon over a clone of `bundle`, its experiments on train_experiment/evaluate_policy of
     this running app (by id), its run saved to the volume after every experiment."""
     ids = {"train_experiment": train_experiment.object_id, "evaluate_policy": evaluate_policy.object_id,
            "check_backend": check_backend.object_id}
     return run_night(bundle, env_id, tag, run_args, Path(RESULTS_MOUNT), commit=results_volume.commit,
-                     function_ids=ids, identity=tuple(identity or DEFAULT_IDENTITY), tz=tz)
+                     function_ids=ids, identity=tuple(identity or DEFAULT_IDENTITY), tz=tz, settings=settings)
 
 
 class ModalFunctions(NamedTuple):
@@ -137,8 +154,8 @@ def configured(gpu: str | None = None, cpu: float | None = None, timeout_s: int 
     if gpu or cpu or timeout_s:
         # resources are replaced as a whole by with_options: always give both GPU and CPU; the
         # checks run on the GPU type training runs on (a CPU ranks backends wrongly for a GPU)
-        train = train.with_options(gpu=gpu or TRAIN_GPU, cpu=float(cpu or TRAIN_CPU), timeout=timeout_s)
-        check = check.with_options(gpu=gpu or TRAIN_GPU, cpu=float(cpu or TRAIN_CPU))
+        train = train.with_options(gpu=exact_gpu(gpu or TRAIN_GPU), cpu=float(cpu or TRAIN_CPU), timeout=timeout_s)
+        check = check.with_options(gpu=exact_gpu(gpu or TRAIN_GPU), cpu=float(cpu or TRAIN_CPU))
     return ModalFunctions(train, evaluate, check)
 
 

@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..modal_support import (BUNDLE_NAME, NIGHT_LOG_NAME, NOT_SYNCED, VOLUME_NAME, copy_changed, fetch_branch_bundle,
-                             write_branch_bundle)
+from ..modal_support import (BUNDLE_NAME, CONTAINER_SETTINGS, NIGHT_LOG_NAME, NOT_SYNCED, VOLUME_NAME, copy_changed,
+                             fetch_branch_bundle, write_branch_bundle)
 
 # Set in the night container for the daemon it runs: the ids of the running app's functions,
 # which modal_functions.configured looks up instead of starting an app of its own.
@@ -154,9 +154,11 @@ def daemon_command(env_id: str, tag: str, run_args: str) -> list[str]:
 def run_night(bundle: bytes, env_id: str, tag: str, run_args: str, volume_root: Path,
               commit: Callable[[], None] = lambda: None, function_ids: Optional[dict] = None,
               workdir: Optional[Path] = None, poll_s: float = 5.0,
-              identity: tuple[str, str] = DEFAULT_IDENTITY, tz: str = "") -> int:
+              identity: tuple[str, str] = DEFAULT_IDENTITY, tz: str = "", settings: Optional[dict] = None) -> int:
     """Clone the checkout, run the daemon over it (its output to stdout and night.log), and keep
-    `volume_root/<tag>/` up to date after every experiment; returns the daemon's exit code."""
+    `volume_root/<tag>/` up to date after every experiment; returns the daemon's exit code.
+    `settings`: the container sizes of the machine the night was started from
+    (modal_support.container_settings), for the daemon's calls and bills."""
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autorl-night-"))
     work.mkdir(parents=True, exist_ok=True)
     checkout = clone_bundle(bundle, work / "autorl", identity)
@@ -170,6 +172,7 @@ def run_night(bundle: bytes, env_id: str, tag: str, run_args: str, volume_root: 
         restore_run(saved, checkout, tag)
         print(f"[autorl night] resuming {tag!r} from the volume {VOLUME_NAME}", flush=True)
     env = dict(os.environ)
+    env.update({name: str(value) for name, value in (settings or {}).items() if name in CONTAINER_SETTINGS})
     if function_ids:
         env[FUNCTION_IDS_ENV] = json.dumps(function_ids)
     if tz:
