@@ -14,11 +14,12 @@ NEMO_PYTHON ?=
 install: $(VENV)/.installed
 	@$(PY) -m orchestrator.export.real_nemo_gym $(if $(NEMO_PYTHON),--python "$(NEMO_PYTHON)") || true
 
-$(VENV)/.installed: pyproject.toml
+# constraints.txt: the tested versions (the Modal image installs through it too)
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH_SPEC)"
-	$(PY) -m pip install -q -e ".[test,export,docs]"
+	$(PY) -m pip install -q -c constraints.txt "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -c constraints.txt -e ".[test,export,docs]"
 	touch $@
 
 # a short offline night from a start weakened on purpose (the night benchmark's pendulum-gamma), then

@@ -149,6 +149,29 @@ def test_doctor_problems_name_what_keeps_a_night_off_the_gpu():
     assert "not jax-e2e" in modal_doctor.problems(report(jax_e2e={"path": "jax-host"}))[0]
 
 
+def test_the_image_and_make_install_install_one_lock_and_the_doctor_names_a_drift():
+    """One constraints.txt, read by make install and by every pip step of the image: this venv (built
+    by make install) is the locked set, and a container that resolved another version is a problem
+    the doctor names (the image once resolved `mujoco>=4.0,<5` and an unbounded jax at build time)."""
+    from orchestrator.lockfile import differences, installed_versions, read_lock
+
+    lock = read_lock()
+    assert {"torch", "jax", "jaxlib", "jax-cuda13-plugin", "mujoco", "mujoco-mjx", "gymnasium", "box2d"} <= set(lock)
+    assert differences(installed_versions()) == [], "this venv is not the locked set: make clean install"
+    makefile = (AUTORL_ROOT / "Makefile").read_text()
+    assert makefile.count("pip install -q -c constraints.txt") == 2
+    assert modal_functions.PIP_LOCKED == f"-c {modal_functions.LOCK_IN_IMAGE}"
+    assert "constraints.txt" in modal_functions.IMAGE_FILES
+    assert modal_functions.JAX_CUDA_SPEC == "jax[cuda13]" and lock["jax-cuda13-plugin"] == lock["jax"]
+    drifted = {**{name: version for name, version in lock.items()}, "mujoco": "4.1.0", "torch": "2.13.0+cu130",
+               "Jax": "0.11.2"}
+    assert differences(drifted) == ["jax 0.11.2 (locked 0.10.2)", "mujoco 4.1.0 (locked 4.0.0)"]
+    good = {"driver": "", "torch": {"cuda_major": 13}, "unlocked": ["mujoco 4.1.0 (locked 4.0.0)"],
+            "jax": {"version": "0.10.2", "backend": "gpu", "devices": ["cuda:0"], "plugins": [], "cuda_majors": [13]},
+            "jax_host": {"trained": True, "device": "gpu"}, "verify": {"passed": False, "summary": "x"}}
+    assert "not the tested set of constraints.txt: mujoco 4.1.0 (locked 4.0.0)" in modal_doctor.problems(good)[0]
+
+
 @pytest.mark.long
 def test_doctor_reports_what_this_machine_trains_on(autorl_repo):
     """gpu_doctor's work, run here: the shipped train.py on each path, each saying its device (on a
@@ -485,6 +508,18 @@ def test_the_output_of_a_nights_start_is_kept_and_still_shown(tmp_path):
 
 def test_the_night_image_carries_bubblewrap():
     assert "bubblewrap" in modal_functions.APT_PACKAGES
+
+
+def test_the_image_installs_the_rust_toolchain_the_ports_are_tested_with():
+    """The containers build the Rust ports with the rustc they are tested with here."""
+    import shutil
+    import subprocess
+
+    if not shutil.which("rustc"):
+        pytest.skip("no rustc on this machine: the pin cannot be compared with a tested toolchain")
+    version = subprocess.run(["rustc", "--version"], capture_output=True, text=True, check=True).stdout.split()[1]
+    assert version == modal_functions.RUST_TOOLCHAIN, f"rustc {version} here; the image pins {modal_functions.RUST_TOOLCHAIN}"
+    assert modal_functions.RUST_HOME["CARGO_HOME"] + "/bin" in modal_functions.RUST_HOME["PATH"].split(":")
 
 
 def test_a_night_where_bubblewrap_cannot_sandbox_runs_no_candidate_code(autorl_repo, tmp_path, monkeypatch):

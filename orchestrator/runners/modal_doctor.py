@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
+from ..lockfile import differences, installed_versions
 from .modal_experiment import check_archive, extract_archive, train_archive
 
 DOCTOR_ENV = "CartPole-v1"   # a shipped JAX translation exists for it, so both paths can run
@@ -139,7 +140,8 @@ def port_speed(archive: bytes, env_id: str, num_envs: int = PORT_NUM_ENVS, secon
 def diagnose(archive: bytes, env_id: str = DOCTOR_ENV, budget: float = DOCTOR_BUDGET_S,
              ports: tuple[str, ...] = PORT_ENVS, port_envs: int = PORT_NUM_ENVS) -> dict:
     """Everything the doctor looks at, in the container it runs in."""
-    report = {"driver": driver(), "torch": torch_view(), "jax": jax_view(), "env_id": env_id, "budget_s": budget}
+    report = {"driver": driver(), "torch": torch_view(), "jax": jax_view(), "env_id": env_id, "budget_s": budget,
+              "unlocked": differences(installed_versions())}
     report["jax_host"] = _train(archive, env_id, budget)
     passed, summary, records, environment = _verify_shipped(archive, env_id)
     report["verify"] = {"passed": passed, "summary": summary}
@@ -158,6 +160,8 @@ def on_gpu(device) -> bool:
 def problems(report: dict) -> list[str]:
     """What keeps a night from using the GPU, one line each; empty when both paths trained on it."""
     found = []
+    if report.get("unlocked"):
+        found.append(f"the image is not the tested set of constraints.txt: {', '.join(report['unlocked'])}")
     torch_, jax_ = report["torch"], report["jax"]  # (torch only loads and checks the artifact: no GPU needed)
     if jax_["backend"] != "gpu":
         found.append(f"JAX {jax_['version']} runs on {jax_['backend']} ({', '.join(jax_['devices'])}), not a GPU")

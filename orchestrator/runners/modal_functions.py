@@ -21,14 +21,17 @@ from typing import NamedTuple, Optional
 
 import modal
 
+from ..lockfile import read_lock
 from ..modal_support import VOLUME_NAME, eval_cpu
 from .modal_doctor import DOCTOR_BUDGET_S, diagnose
 from .modal_experiment import EVAL_TIMEOUT_S, check_archive, score_policy, train_archive
 from .modal_night import DEFAULT_IDENTITY, FUNCTION_IDS_ENV, run_night
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout this package is part of: the image is built from it
-IMAGE_FILES = ("pyproject.toml", "evaluate.py")
-TORCH_SPEC = "torch==2.13.0"  # as the Makefile; PyPI's Linux wheel of torch is the CUDA build
+IMAGE_FILES = ("pyproject.toml", "evaluate.py", "constraints.txt")
+LOCK_IN_IMAGE = "/root/constraints.txt"
+PIP_LOCKED = f"-c {LOCK_IN_IMAGE}"  # every pip step of the image installs the tested versions (as make install)
+TORCH_SPEC = f"torch=={read_lock(ROOT / 'constraints.txt')['torch']}"  # PyPI's Linux wheel of torch is the CUDA build
 # The CUDA major PyPI's Linux wheel of each pinned torch is built for (its metadata requires
 # cuda-toolkit==13.0.3 and nvidia-cudnn-cu13): JAX's CUDA plugin must be built for the same one, so
 # that the image holds one CUDA stack (jax-cuda13-plugin's nvidia-*-cu13 requirements are met by
@@ -38,8 +41,15 @@ CUDA_MAJOR = TORCH_CUDA_MAJORS[TORCH_SPEC.split("==")[1]]
 JAX_CUDA_SPEC = f"jax[cuda{CUDA_MAJOR}]"  # the CUDA plugin of the jax pyproject.toml installed
 
 # swig + compilers: Box2D; bubblewrap: the night container walls candidate code (verify, bench, the
-# agent's commands) as a local run does, away from the night's secret and the volume's held-out seeds
-APT_PACKAGES = ("swig", "build-essential", "git", "tzdata", "bubblewrap")
+# agent's commands) as a local run does, away from the night's secret and the volume's held-out seeds;
+# curl: rustup
+APT_PACKAGES = ("swig", "build-essential", "git", "tzdata", "bubblewrap", "curl", "ca-certificates")
+# The Rust toolchain the Rust ports are built with in the containers (the one they are tested with:
+# `rustc --version` on the development machines). Without it setup would ship a Rust port to
+# containers that cannot build it; the containers report their rustc, and setup asks them.
+RUST_TOOLCHAIN = "1.95.0"
+RUST_HOME = {"RUSTUP_HOME": "/usr/local/rustup", "CARGO_HOME": "/usr/local/cargo",
+             "PATH": "/usr/local/cargo/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
 
 TRAIN_GPU = os.environ.get("AUTORL_MODAL_GPU", "H100")
 # Modal may run an "H100" request on an H200, and an "A100" one on an A100-80GB. A night's verdicts
@@ -65,9 +75,13 @@ RESULTS_MOUNT = "/autorl-results"
 image = (
     modal.Image.debian_slim(python_version="3.11")
     .apt_install(*APT_PACKAGES)
-    .pip_install(TORCH_SPEC)
-    .pip_install_from_pyproject(str(ROOT / "pyproject.toml"))  # torch>=2.4 is then already met
-    .pip_install(JAX_CUDA_SPEC)                                 # the CUDA plugin of the jax just installed
+    .env(RUST_HOME)
+    .run_commands("curl --proto '=https' --tlsv1.2 -sSf https://sh.rustup.rs | sh -s -- -y --no-modify-path "
+                  f"--profile minimal --default-toolchain {RUST_TOOLCHAIN}")
+    .add_local_file(ROOT / "constraints.txt", LOCK_IN_IMAGE, copy=True)
+    .pip_install(TORCH_SPEC, extra_options=PIP_LOCKED)
+    .pip_install_from_pyproject(str(ROOT / "pyproject.toml"), extra_options=PIP_LOCKED)  # torch is then met
+    .pip_install(JAX_CUDA_SPEC, extra_options=PIP_LOCKED)  # the CUDA plugin of the jax just installed
     .env({"PYTHONUNBUFFERED": "1"})
     .add_local_python_source("orchestrator", "envs_fast")
     .add_local_file(ROOT / "evaluate.py", "/root/evaluate.py")
