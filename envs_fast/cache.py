@@ -5,8 +5,8 @@ or the third-party package's version; a Rust translation's with rustc's version)
 interpreter, the versions of the packages that decide its behaviour (jax and jaxlib with their CUDA
 plugins, torch, the physics engines), and the source of every module of envs_fast that is not a
 translation (the verifier, the gate, the bench and throughput code, this file). A throughput
-record's key adds the machine (CPU model and count, GPUs): a figure measured on another machine is
-no figure here. Change any of them and the old record no longer applies.
+record's key adds the machine (CPU model and count; on a GPU machine its GPUs instead,
+`bench_machine`): a figure measured on another machine is no figure here. Change any of them and the old record no longer applies.
 """
 from __future__ import annotations
 
@@ -129,13 +129,15 @@ def rustc() -> str:
     return rustc_version() if rustc_available() else "no rustc"
 
 
-def environment() -> dict:
+def environment(package_dir: Path | None = None) -> dict:
     """What this process's records are keyed by besides the backend and the env: the interpreter,
-    the packages, the machine, the Rust compiler and envs_fast's decisive source. The daemon names
-    the records of a Modal run by its containers' (`record_name(..., environment=)`), which they
-    report; a local run's by the envs_fast its processes run (the run's commit, not the daemon's)."""
+    the packages, the machine, the Rust compiler and envs_fast's decisive source (`package_dir`'s:
+    the envs_fast a checkout's processes import, which need not be this process's). The daemon
+    names the records of a Modal run by its containers' (`record_name(..., environment=)`), which
+    they report; a local run's by the envs_fast its processes run (the run's commit, not the
+    daemon's)."""
     return {"python": interpreter(), "versions": package_versions(), "machine": machine(), "rustc": rustc(),
-            "envs_fast": verifier_hash()}
+            "envs_fast": verifier_hash(package_dir)}
 
 
 def _field(environment: dict | None, name: str, current):
@@ -163,6 +165,16 @@ def runs_jax(spec: str) -> bool:
     return spec in ("gymnax", "mjx") or (is_file_spec(spec) and not is_rust_spec(spec))
 
 
+def bench_machine(here: dict) -> dict:
+    """What of a machine keys its throughput figures: all of it on a CPU machine; on a GPU machine its
+    GPUs and architecture. A cloud's containers of one GPU type land on hosts of several CPU models
+    (and report the host's CPU count, not their share): keyed by those, a training container on
+    another host found no figure and chose another backend than the one the run named."""
+    if not here.get("gpus"):
+        return here
+    return {"gpus": here["gpus"], "arch": here.get("arch")}
+
+
 def key_inputs(spec: str, env_id: str, kind: str = "verdict", environment: dict | None = None) -> dict:
     """Everything a record of `kind` ("verdict" or "bench") depends on, in `environment` (None: this
     process's, field by field). A throughput figure depends on the whole machine; a JAX backend's
@@ -174,7 +186,7 @@ def key_inputs(spec: str, env_id: str, kind: str = "verdict", environment: dict 
               "envs_fast": _field(environment, "envs_fast", verifier_hash)}
     here = _field(environment, "machine", machine)
     if kind == "bench":
-        inputs["machine"] = here
+        inputs["machine"] = bench_machine(here)
     elif runs_jax(spec):
         inputs["accelerator"] = here.get("gpus", "")
     return inputs

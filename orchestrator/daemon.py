@@ -103,6 +103,12 @@ class StopControl:
             self._interruptible = False
             raise StopRequested(self.reason)
 
+    def request(self, reason: str) -> None:
+        """The daemon stops itself (a limit reached in flight), as a stop request would stop it."""
+        if self.reason is None:
+            self.reason = reason
+            log.info("stopping: %s", reason)
+
     def requested(self) -> bool:
         if self.reason is None and self.stop_file.exists():
             self.reason = "stop request"

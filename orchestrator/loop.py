@@ -70,7 +70,8 @@ class Run:
         self.best_commit = config.base_commit
         self.disk = DiskSpace(folder.path, journal.set_waiting, stop.requested, stop.sleep)
         self.guard = Guard(folder, harness_bytes)
-        self._hosting_billed_to = time.monotonic()  # the daemon's own machine is billed up to here
+        self._billed_to = time.monotonic()  # the daemon's own machine is billed up to here
+        runner.limit_spending(self._over_cost_limit)
         self.screening = Screening(config.screen, config.budget_s, folder) if config.screen else None
         self._load_best()
 
@@ -96,12 +97,27 @@ class Run:
     def total_cost(self) -> float:
         return self.ledger.cost() + self.turns.pending_cost
 
+    def _over_cost_limit(self, unrecorded_usd: float) -> Optional[str]:
+        """Asked before the runner launches any paid call (parallel candidates, confirmations, checks):
+        --max-cost reached counting what its calls since the last row cost stops the run there, not
+        after the experiments in flight. (The count restarts at each row: a round's rows are written
+        after its calls, so none of a finished call's cost is outside both the ledger and the count
+        when the next call is asked for.)"""
+        if self.limits.max_cost is None:
+            return None
+        spent = self.total_cost() + unrecorded_usd
+        if spent < self.limits.max_cost:
+            return None
+        reason = f"--max-cost reached (${spent:.2f} of ${self.limits.max_cost:.2f}, counting calls not yet recorded)"
+        self.stop.request(reason)
+        return reason
+
     def append(self, row: Row) -> None:
         """fsync'd append of a whole line or nothing, with the daemon's own machine billed since the
         row before (a night's container on Modal). A full disk is waited out; a stop while waiting
         re-raises: the experiment stays in state.json, and a `--resume` records it as interrupted."""
-        billed_to, self._hosting_billed_to = self._hosting_billed_to, time.monotonic()
-        row.cost_usd += self.runner.hosting_usd(self._hosting_billed_to - billed_to)
+        billed_to, self._billed_to = self._billed_to, time.monotonic()
+        row.cost_usd += self.runner.unbilled_usd(self._billed_to - billed_to)
         delay = 1.0
         while True:
             try:

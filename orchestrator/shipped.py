@@ -90,12 +90,12 @@ def shipped_specs(env_id: str, workspace: Workspace, commit: str, environment: O
     from envs_fast.cache import machine
     from envs_fast.gymnax_backend import gymnax_supports
     from envs_fast.portability import engine_backends, engine_of
-    from envs_fast.rust_build import rustc_available
 
     specs = [translation_path(env_id, ".", lang).as_posix() for lang in ("jax", "rust")]
     specs = [spec for spec in specs if workspace.has_path(commit, spec)]
-    if not rustc_available() and any(is_rust_spec(spec) for spec in specs):
-        log.info("setup: rustc is not on PATH, so the Rust translation is not verified (nor trained on)")
+    if not builds_rust(environment) and any(is_rust_spec(spec) for spec in specs):
+        where = "where training runs" if environment and "rustc" in environment else "on PATH"
+        log.info("setup: rustc is not %s, so the Rust translation is not verified (nor trained on)", where)
         specs = [spec for spec in specs if not is_rust_spec(spec)]
     gpus = ((environment or {}).get("machine") or machine()).get("gpus", "")
     if engine_of(env_id) and len(specs) == 2 and not gpus:
@@ -249,6 +249,16 @@ def first_failing_line(report: str) -> str:
         if found:
             return found[0][:240]
     return lines[-1][:240] if lines else "no report"
+
+
+def builds_rust(environment: Optional[dict] = None) -> bool:
+    """Whether Rust translations can be built where training runs: the rustc that `environment` (a
+    Modal container's) reports, else this machine's."""
+    if environment and "rustc" in environment:
+        return environment["rustc"] != "no rustc"
+    from envs_fast.rust_build import rustc_available
+
+    return rustc_available()
 
 
 def _library(backend: Shipped) -> Optional[str]:

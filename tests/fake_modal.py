@@ -265,9 +265,11 @@ class FakeModal:
     `root` is the server: pass the same folder to a later FakeModal to find earlier calls."""
 
     def __init__(self, root: Path, max_restarts: int = 2, train_timeout_s: Optional[float] = None,
-                 eval_timeout_s: Optional[float] = None):
+                 eval_timeout_s: Optional[float] = None, image_rust: Optional[bool] = None):
         from orchestrator.runners import modal_experiment, modal_functions
 
+        # whether the image installs a Rust toolchain (as modal_functions.image does, unless told otherwise)
+        self.image_rust = bool(modal_functions.RUST_TOOLCHAIN) if image_rust is None else image_rust
         self.root = Path(root)
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_restarts = max_restarts
@@ -286,11 +288,20 @@ class FakeModal:
 
     def container_env(self) -> dict:
         """A container's environment: the image's, not the daemon's (no run of the daemon's; one
-        scoring core, as a container declared with cpu=1 would have)."""
+        scoring core, as a container declared with cpu=1 would have). Its PATH is the image's: no
+        rustc of this machine's, only the toolchain the image installs (`image_rust`; this machine's
+        stands in for it)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("AUTORL_", "MODAL_"))}
         state = read_json(self.app.path)
-        return {**env, "PYTHONPATH": str(AUTORL_ROOT), "AUTORL_MODAL_EVAL_CPU": "1",
+        return {**env, "PYTHONPATH": str(AUTORL_ROOT), "AUTORL_MODAL_EVAL_CPU": "1", "PATH": self._image_path(),
                 "FAKE_MODAL_CLIENT": f"{state['client_pid']}:{state['client_started']}"}
+
+    def _image_path(self) -> str:
+        folders = [f for f in os.environ.get("PATH", "").split(os.pathsep) if f and not (Path(f) / "rustc").exists()]
+        rustc = shutil.which("rustc")
+        if self.image_rust and rustc:
+            folders.append(str(Path(rustc).parent))
+        return os.pathsep.join(folders)
 
 
 # ---------------------------------------------------------------- inside a container

@@ -118,3 +118,35 @@ def test_verdicts_made_where_the_containers_now_differ_are_verified_again_there(
         assert json.loads((r.folder.path / "modal-environment.json").read_text())["versions"]["jax"] != "0.0.1"
     finally:
         r.runner.close()
+
+
+@pytest.mark.long
+def test_a_run_whose_envs_fast_is_not_the_images_still_trains_on_what_it_verifies(autorl_repo, tmp_path):
+    """The image carries the daemon checkout's envs_fast; a night --from an older ref, or from a checkout
+    edited since the image was built, runs another. The containers key their records by the commit's
+    envs_fast and the daemon names them so: the verdict merges into the run's cache and training takes
+    the fast path (named by the image's, nothing merged and training silently took the host path)."""
+    from envs_fast.cache import verifier_hash
+    from orchestrator.results import ExpFolder
+    from orchestrator.runners.base import Slot
+    from tests.test_modal_runner import OneRunner
+
+    stats = (AUTORL_ROOT / "envs_fast" / "stats.py").read_text() + "\n# edited after the image was built\n"
+    r = OneRunner(autorl_repo, tmp_path / "r", (AUTORL_ROOT / "candidate" / "train.py").read_text(),
+                  files={"envs_fast/stats.py": stats})
+    try:
+        run_envs_fast = verifier_hash(r.runner.workspace.path / "envs_fast")
+        assert run_envs_fast != verifier_hash()   # the fake's containers import this checkout's, as an image would
+        setup = Slot(0, ExpFolder(r.folder.path / "setup"), "setup")
+        assert r.runner.environment(setup)["envs_fast"] == run_envs_fast
+        outcome = r.runner.verify(setup, r.commit, "envs_fast/cartpole_v1.py", 1)
+        assert outcome.passed, outcome.report[-2000:]
+        merged = [json.loads(p.read_text()) for p in r.folder.verify_cache.glob("verdict-*.json")]
+        assert [v["passed"] for v in merged if v["spec"].endswith("cartpole_v1.py")] == [True], merged
+        r.runner.settings.config.budget_s, r.runner.settings.config.grace_s = BUDGET, ALLOWANCE
+        m = r.measure()
+        log = (r.folder.path / "exp-0001" / "train.log").read_text()
+        assert summary_value(log, "path") == "jax-e2e", (m, log[-2000:])
+        assert len(r.fake.train.calls) == 1   # not refused as made elsewhere
+    finally:
+        r.runner.close()

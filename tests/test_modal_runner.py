@@ -63,8 +63,9 @@ def replay_factory(args, run_dir):
 class OneRunner:
     """A ModalRunner over a fresh run folder, for one measurement at a time (no daemon)."""
 
-    def __init__(self, autorl_repo, base: Path, train_py: str, policy: CallPolicy = QUICK, **fake_options):
-        repo = autorl_repo(train_py, name=f"{base.name}-checkout")
+    def __init__(self, autorl_repo, base: Path, train_py: str, policy: CallPolicy = QUICK,
+                 files: dict[str, str] | None = None, prices: ComputePrices | None = None, **fake_options):
+        repo = autorl_repo(train_py, files=files, name=f"{base.name}-checkout")
         self.folder = RunFolder(base / "run")
         self.folder.path.mkdir(parents=True)
         self.harness = (repo / "evaluate.py").read_bytes()
@@ -80,7 +81,8 @@ class OneRunner:
         self.fake = FakeModal(base / "modal", **fake_options)
         self.journal = InFlight(self.folder.path)
         self.runner = ModalRunner(RunnerSettings(config, self.folder), workspace, lambda: False, self.journal,
-                                  self.harness, self.fake, self.fake.from_id, ComputePrices.load(None), gpu="H100",
+                                  self.harness, self.fake, self.fake.from_id, prices or ComputePrices.load(None),
+                                  gpu="H100",
                                   cpu=8, close=self.fake.stop, policy=policy)
         self.slot = Slot(1, ExpFolder(self.folder.path / "exp-0001"), "exp 1")
 
@@ -150,6 +152,48 @@ def test_a_night_in_a_modal_container_bills_that_container_into_its_rows(autorl_
     first_to_last = (times.iloc[-1] - times.iloc[0]).total_seconds()
     assert 2 * (first_to_last - 1) <= rows["cost_usd"].sum() <= 2 * elapsed
     assert (rows["cost_usd"] > 0).all()
+
+
+def test_max_cost_is_checked_before_each_call_not_between_experiments(autorl_repo, tmp_path, restore_signals):
+    """At $1 per GPU-second the first baseline's training call alone passes --max-cost 0.5: its scoring
+    call is never launched, nor anything after it, and the night ends saying why. (Checked between
+    experiments only, the baseline was scored and the second one trained.)"""
+    repo = autorl_repo(tiny_train_py(BIAS=1.0))
+    fake = FakeModal(tmp_path / "modal")
+    factory = modal_factory(fake, prices=ComputePrices({"H100": 3600.0, "cpu_core": 0.0}))
+    night = options(repo, write_replay(tmp_path / "replay", {}), fake, factory=factory, setup_verify=False,
+                    limits=Limits(max_cost=0.5))
+    start(night, replay_factory, environ={})
+    assert len(fake.train.calls) == 1 and len(fake.evaluate.calls) == 0
+    rows = read_results(repo, "cloud")
+    assert rows["status"].tolist() == ["interrupted"] and rows["cost_usd"].iloc[0] > 0.5
+    assert "--max-cost reached" in (repo / "results" / "cloud" / "daemon.log").read_text()
+
+
+def test_check_calls_are_billed_into_the_next_row(one_runner):
+    """Asking a container what it runs, verifying and benchmarking cost GPU time too: the next row
+    written carries it (`unbilled_usd`), once."""
+    r = one_runner(prices=ComputePrices({"H100": 3600.0, "cpu_core": 0.0}))
+    r.runner.environment()   # a check call
+    billed = r.runner.unbilled_usd(0.0)
+    assert billed > 0 and len(r.fake.check.calls) == 1
+    assert r.runner.unbilled_usd(0.0) == 0.0
+
+
+@pytest.mark.parametrize("image_rust", [False, True])
+def test_setup_ships_a_rust_port_only_where_the_containers_can_build_it(one_runner, image_rust):
+    """A container has the image's PATH, not this machine's: setup asks the containers for their rustc
+    (this machine had one, and a night sent the Rust port to containers that could not build it)."""
+    from envs_fast.rust_build import rustc_available
+    from orchestrator.shipped import shipped_specs
+
+    if not rustc_available():
+        pytest.skip("no rustc on this machine to stand in for the image's")
+    r = one_runner(image_rust=image_rust)
+    environment = r.runner.environment()
+    assert (environment["rustc"] != "no rustc") == image_rust, environment["rustc"]
+    specs = shipped_specs("BipedalWalker-v3", r.runner.workspace, r.commit, r.runner.record_environment())
+    assert ("envs_fast/bipedalwalker_v3.rs" in specs) == image_rust, specs
 
 
 def test_a_baseline_the_infrastructure_never_ran_ends_the_night_saying_so(autorl_repo, tmp_path, restore_signals):

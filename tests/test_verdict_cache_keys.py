@@ -128,6 +128,24 @@ def test_a_throughput_figure_belongs_to_the_machine_it_was_measured_on(run_cache
     assert cache.cached_verdict("reference", ENV) is not None
 
 
+def test_a_gpu_containers_figure_holds_on_any_host_of_that_gpu_type(run_cache, monkeypatch):
+    """Modal runs containers of one GPU type on hosts of several CPU models (each reporting the host's
+    CPU count): a figure measured in one must be found in the next, or train.py there chooses another
+    backend than the run named. It still belongs to its GPU type."""
+    here = cache.machine()
+    h100 = {"cpu": "AMD EPYC 9454 48-Core Processor", "cpus": 96, "arch": "x86_64", "gpus": "NVIDIA H100 80GB HBM3"}
+    monkeypatch.setattr(cache, "machine", lambda: h100)
+    cache.store_throughput("envpool", ENV, 64, 2.0e6)
+    monkeypatch.setattr(cache, "machine", lambda: {**h100, "cpu": "Intel(R) Xeon(R) Platinum 8480+", "cpus": 224})
+    assert cache.cached_throughput("envpool", ENV, 64) == 2.0e6
+    monkeypatch.setattr(cache, "machine", lambda: {**h100, "gpus": "NVIDIA H200"})
+    assert cache.cached_throughput("envpool", ENV, 64) is None
+    monkeypatch.setattr(cache, "machine", lambda: {**here, "gpus": ""})   # a CPU machine: its CPU model still decides
+    cache.store_throughput("envpool", ENV, 64, 1.0e5)
+    monkeypatch.setattr(cache, "machine", lambda: {**here, "gpus": "", "cpu": "another CPU"})
+    assert cache.cached_throughput("envpool", ENV, 64) is None
+
+
 def test_only_what_the_daemon_signed_leaves_the_user_cache(tmp_path, caplog):
     user_root, run = tmp_path / "user" / "verify", tmp_path / "run-cache"
     run.mkdir()

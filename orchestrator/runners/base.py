@@ -135,10 +135,16 @@ class Runner(Protocol):
         `environment()`, field by field: what it leaves out is this process's): the run's envs_fast
         on this machine (local), a container's whole environment on Modal."""
 
-    def hosting_usd(self, seconds: float) -> float:
-        """What `seconds` of the machine the daemon itself runs on cost: nothing on the user's own
-        machine, the night's CPU container on Modal. The loop bills it into each row, so a night's
-        rows add up to what it cost."""
+    def unbilled_usd(self, seconds: float) -> float:
+        """What the run spent that no measurement carries, since the loop last asked: `seconds` of the
+        machine the daemon itself runs on (nothing on the user's own machine, the night's CPU container
+        on Modal) and Modal's check calls (the environment probe, verify, bench). The loop bills it
+        into each row, so a night's rows add up to what it cost."""
+
+    def limit_spending(self, over_limit: Callable[[float], Optional[str]]) -> None:
+        """Before launching any paid call, the runner asks `over_limit(spent)`, `spent` being what its
+        calls cost since the loop's last row (not in the ledger yet); a reason (the loop stops the run)
+        means the call is not launched and the work is recorded interrupted."""
 
     def cancel(self, handle: dict) -> bool:
         """Cancel a recorded handle (also one left by a previous daemon); True if it was live."""

@@ -316,8 +316,11 @@ class LocalRunner:
         package = self.workspace.path / "envs_fast"
         return {"envs_fast": verifier_hash(package)} if package.is_dir() else None
 
-    def hosting_usd(self, seconds: float) -> float:
+    def unbilled_usd(self, seconds: float) -> float:
         return 0.0  # the user's own machine
+
+    def limit_spending(self, over_limit) -> None:
+        pass  # nothing it launches is paid for
 
     # ------------------------------------------------------------ cancel
     def cancel(self, handle: dict) -> bool:

@@ -21,13 +21,17 @@ verified again in such a container, and the call made again.
 The Modal functions it calls are declared in modal_functions.py, their work in modal_experiment.py.
 
 Compute is billed as the seconds a call was not seen queued times the price table: a GPU's rate
-plus its CPU cores' (`--modal-price-table FILE.json` overrides any entry, in USD per hour).
+plus its CPU cores' (`--modal-price-table FILE.json` overrides any entry, in USD per hour). Every
+call is billed: training and scoring in their experiment's row, the check calls (verify, bench, the
+environment probe) in the next row written. With --max-cost, no call is launched once the ledger
+plus what the calls since its last row cost reaches it: the run stops as a stop request stops it.
 """
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -112,6 +116,12 @@ class ModalRunner:
         self.calls = CallWatcher(journal, should_stop, policy)
         self.local = LocalRunner(settings, workspace, should_stop, journal, harness_bytes)
         self._environment: Optional[dict] = read_json(settings.folder.modal_environment) or None
+        # what the calls cost since the loop's last row: all of them (not in the ledger yet: --max-cost
+        # counts it before launching another), and the check calls (no measurement carries them)
+        self._spending = threading.Lock()
+        self._spent_since_row_usd = 0.0
+        self._checks_unbilled_usd = 0.0
+        self._over_limit: Callable[[float], Optional[str]] = lambda spent: None
 
     @classmethod
     def from_options(cls, settings: RunnerSettings, workspace: Workspace, should_stop: StopCheck, journal: InFlight,
@@ -147,13 +157,16 @@ class ModalRunner:
         archive = self.workspace.archive(commit)
         # train.py there chooses among the run's verified backends; it is killed at budget + grace
         # counted from its own start: the run limit is the same.
+        compute_usd = 0.0
         for attempt in (1, 2):
             verdicts = self._records()
             keyed_for = self.environment(slot) if verdicts else None
-            call = self.calls.run(slot.exp, "train",
-                                  lambda: self.functions.train.spawn(archive, c.env_id, budget, seed, c.grace_s, None,
-                                                                     verdicts, keyed_for),
-                                  budget + c.grace_s, f"a GPU ({self.gpu})", slot.label, f"budget {budget:.0f}s")
+            call, usd = self._paid_call(slot.exp, "train",
+                                        lambda: self.functions.train.spawn(archive, c.env_id, budget, seed, c.grace_s,
+                                                                           None, verdicts, keyed_for),
+                                        budget + c.grace_s, f"a GPU ({self.gpu})", slot.label, f"budget {budget:.0f}s",
+                                        gpu=self.gpu, cpu=self.cpu)
+            compute_usd += usd
             stale = (call.value or {}).get("stale") if call.how == "ok" else None
             if not stale or attempt == 2 or not self._verify_again(slot, commit, stale, call.value["environment"]):
                 break
@@ -173,7 +186,7 @@ class ModalRunner:
                              note=f"the Modal training call failed: {call.detail}" if call.how == "error" else "",
                              infrastructure=call.detail if call.how == "infrastructure" else result.get("stale", ""))
         m = train_failure(train, folder, c, budget)
-        m.compute_usd = self.prices.cost(call.ran_s, self.gpu, self.cpu)
+        m.compute_usd = compute_usd
         if m.status:
             return m
         evaluation = self.evaluate(slot, policy)
@@ -186,15 +199,15 @@ class ModalRunner:
     def evaluate(self, slot: Slot, policy: Path) -> EvalOutcome:
         c, folder = self.settings.config, slot.folder
         policy_bytes = policy.read_bytes()
-        call = self.calls.run(slot.exp, "eval",
-                              lambda: self.functions.evaluate.spawn(self.harness_bytes, c.harness_sha256, policy_bytes,
-                                                                    c.env_id, c.eval_seed, c.eval_episodes,
-                                                                    policy.name),
-                              c.eval_timeout_s, "a CPU container", slot.label, f"{c.eval_episodes} episodes",
-                              overrun="timeout")
+        call, usd = self._paid_call(slot.exp, "eval",
+                                    lambda: self.functions.evaluate.spawn(self.harness_bytes, c.harness_sha256,
+                                                                          policy_bytes, c.env_id, c.eval_seed,
+                                                                          c.eval_episodes, policy.name),
+                                    c.eval_timeout_s, "a CPU container", slot.label, f"{c.eval_episodes} episodes",
+                                    gpu=None, cpu=eval_cpu(), overrun="timeout")
         folder.eval_log.write_text(f"Modal call {call.call_id}: {call.how} after {call.waited_s:.1f}s"
                                    f"{_call_note(call)}\n")
-        outcome = EvalOutcome(False, wall_s=call.waited_s, compute_usd=self.prices.cost(call.ran_s, None, eval_cpu()))
+        outcome = EvalOutcome(False, wall_s=call.waited_s, compute_usd=usd)
         if call.how == "interrupted":
             outcome.error, outcome.interrupted = "interrupted", True
         elif call.how == "timeout":
@@ -213,13 +226,15 @@ class ModalRunner:
     # ------------------------------------------------------------ verify and bench where training runs
     def environment(self, slot: Optional[Slot] = None) -> dict:
         """The environment of this run's train containers, which names the run's records: from the run
-        folder, else asked of a container once (a setup's first question)."""
+        folder, else asked of a container once (a setup's first question). Its envs_fast is the run's
+        worktree's, as the run's commits carry it to the containers, not the image's (built from the
+        daemon's checkout: another commit with --from, or edited since)."""
         if self._environment is None:
             slot = slot or Slot(0, ExpFolder(self.settings.folder.path / "setup"), "setup")
             call = self._check(slot, b"", "environment", [], 600, "asking a container what it runs")
             if call.how != "ok" or not (call.value or {}).get("environment"):
                 raise RuntimeError(f"could not learn what a Modal container runs ({call.how}: {call.detail})")
-            self._remember(call.value["environment"])
+            self._remember({**call.value["environment"], **(self.local.record_environment() or {})})
         return self._environment
 
     def record_environment(self) -> Optional[dict]:
@@ -234,11 +249,32 @@ class ModalRunner:
         return {p.name: p.read_bytes() for p in sorted(self.settings.verify_cache.glob("*.json"))}
 
     def _check(self, slot: Slot, archive: bytes, stage: str, args: list[str], timeout_s: float, tick: str):
+        """A check call (environment, verify, bench) in a train container; its cost goes into the next
+        row (`unbilled_usd`): no measurement carries it."""
         c = self.settings.config
-        return self.calls.run(slot.exp, stage,
-                              lambda: self.functions.check.spawn(archive, c.env_id, stage, args, self._records(),
-                                                                 timeout_s, c.budget_s),
-                              timeout_s, f"a GPU ({self.gpu})", slot.label, tick)
+        call, usd = self._paid_call(slot.exp, stage,
+                                    lambda: self.functions.check.spawn(archive, c.env_id, stage, args,
+                                                                       self._records(), timeout_s, c.budget_s),
+                                    timeout_s, f"a GPU ({self.gpu})", slot.label, tick, gpu=self.gpu, cpu=self.cpu)
+        with self._spending:
+            self._checks_unbilled_usd += usd
+        return call
+
+    def _paid_call(self, exp: int, stage: str, spawn: Callable[[], Any], limit_s: float, waiting_for: str,
+                   label: str, tick: str, gpu: Optional[str], cpu: float, **options) -> tuple[CallOutcome, float]:
+        """A call and what it cost, unless the run's spending limit is reached counting what the calls
+        since the last row cost (then nothing is launched: interrupted)."""
+        with self._spending:
+            spent = self._spent_since_row_usd
+        reason = self._over_limit(spent)
+        if reason:
+            log.warning("%s: %s not launched: %s", label, stage, reason)
+            return CallOutcome("interrupted", detail=reason), 0.0
+        call = self.calls.run(exp, stage, spawn, limit_s, waiting_for, label, tick, **options)
+        usd = self.prices.cost(call.ran_s, gpu, cpu)
+        with self._spending:
+            self._spent_since_row_usd += usd
+        return call, usd
 
     def _merge(self, commit: str, reply: dict, kind: str, specs: list[str]) -> None:
         """The records the daemon asked for (named in the container's environment, from `commit`'s
@@ -336,8 +372,13 @@ class ModalRunner:
                     handle.get("stage", "?"))
         return True
 
-    def hosting_usd(self, seconds: float) -> float:
-        return self.prices.cost(seconds, None, self.host_cpu)
+    def unbilled_usd(self, seconds: float) -> float:
+        with self._spending:
+            checks, self._checks_unbilled_usd, self._spent_since_row_usd = self._checks_unbilled_usd, 0.0, 0.0
+        return self.prices.cost(seconds, None, self.host_cpu) + checks
+
+    def limit_spending(self, over_limit: Callable[[float], Optional[str]]) -> None:
+        self._over_limit = over_limit
 
     def close(self) -> None:
         self.local.close()

@@ -118,13 +118,6 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
     `key: value` summary), returncode, timed_out, wall_s, artifact_s (seconds from train.py's start
     to its complete artifact, by this container's clock: whatever it waited for before), and
     environment (this container's)."""
-    from envs_fast.cache import environment
-
-    here = environment()
-    if verdicts and keyed_for is not None and verdict_environment(keyed_for) != verdict_environment(here):
-        return {"stale": environment_change(keyed_for, here), "environment": here, "policy": None,
-                "policy_name": None, "log": "", "metrics": {}, "returncode": None, "timed_out": False, "wall_s": 0.0,
-                "artifact_s": None}
     grace = budget_allowance(budget) if grace is None else grace
     left = fresh_scratch()
     with tempfile.TemporaryDirectory(prefix="autorl-train-") as tmp:
@@ -132,6 +125,11 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
         checkout.mkdir()
         out_dir.mkdir()
         extract_archive(archive, checkout)
+        here = checkout_environment(checkout)
+        if verdicts and keyed_for is not None and verdict_environment(keyed_for) != verdict_environment(here):
+            return {"stale": environment_change(keyed_for, here), "environment": here, "policy": None,
+                    "policy_name": None, "log": "", "metrics": {}, "returncode": None, "timed_out": False,
+                    "wall_s": 0.0, "artifact_s": None, "left_by_earlier_call": left}
         extra = dict(extra_env or {})
         if verdicts:
             extra["AUTORL_VERIFY_CACHE"] = str(write_records(Path(tmp) / "verify-cache", verdicts))
@@ -154,6 +152,16 @@ def train_archive(archive: bytes, env_id: str, budget: float, seed: int, grace: 
         }
 
 
+def checkout_environment(checkout: Path) -> dict:
+    """This container's environment as the processes run in `checkout` key their records: the image's
+    packages and GPU, the checkout's envs_fast (a commit's, which may differ from the image's: a night
+    --from an older ref, or an image built from a checkout edited since)."""
+    from envs_fast.cache import environment
+
+    package = checkout / "envs_fast"
+    return environment(package if package.is_dir() else None)
+
+
 def verdict_environment(environment: dict) -> dict:
     """What of an environment decides a verdict: all of it but the CPU model and count (those decide
     throughput figures only, and containers of one GPU type run on several CPU models)."""
@@ -170,6 +178,8 @@ def environment_change(before: dict, now: dict) -> str:
     for key, label in (("python", "python"), ("rustc", "rustc")):
         if before.get(key) != now.get(key):
             changes.append(f"{label} {before.get(key)} -> {now.get(key)}")
+    if before.get("envs_fast") != now.get("envs_fast"):
+        changes.append(f"envs_fast's source {str(before.get('envs_fast'))[:12]} -> {str(now.get('envs_fast'))[:12]}")
     gpus = [(e.get("machine") or {}).get("gpus", "") for e in (before, now)]
     if gpus[0] != gpus[1]:
         changes.append(f"GPU {gpus[0] or 'none'} -> {gpus[1] or 'none'}")
@@ -220,7 +230,7 @@ def check_archive(archive: bytes, env_id: str, stage: str, args: list[str], reco
         found = {p.name: p.read_bytes() for p in cache.glob("*.json")}
         return {"returncode": proc.returncode, "timed_out": proc.timed_out, "log": log, "json": data,
                 "records": {name: data for name, data in found.items() if records.get(name) != data},
-                "environment": environment()}
+                "environment": checkout_environment(checkout)}
 
 
 # ---------------------------------------------------------------- score
