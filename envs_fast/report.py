@@ -40,6 +40,16 @@ class LevelReport:
     def passed(self) -> bool:
         return self.status != "fail"
 
+    def figures(self) -> str:
+        """One line of what the level found: its checks, its largest deviation or its first failure."""
+        passed = sum(check.passed for check in self.checks)
+        line = f"{passed}/{len(self.checks)} checks"
+        if self.failure:
+            line += f"; first failure: {self.failure.get('check')}"
+        elif self.largest_deviation:
+            line += f"; largest deviation {_format_mapping(self.largest_deviation)}"
+        return line[:300]
+
     def add(self, name: str, passed: bool, detail: str, failure: dict[str, Any] | None = None) -> bool:
         self.checks.append(Check(name, bool(passed), detail))
         if not passed:
@@ -64,6 +74,16 @@ class Report:
     def statistical_only(self) -> bool:
         """No level compared synced states: the weaker kind (third-party backends)."""
         return any(level.note.startswith("statistical only") for level in self.levels)
+
+    def verdict_line(self) -> str:
+        """The report's first line, and its first failing check where one failed: what a cached
+        verdict keeps of why."""
+        line = self.to_text().splitlines()[0]
+        for level in self.levels:
+            failed = next((check for check in level.checks if not check.passed), None)
+            if failed:
+                return f"{line}; {level.title}: {failed.name}: {failed.detail}"[:400]
+        return line
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

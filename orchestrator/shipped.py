@@ -198,12 +198,17 @@ def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user
         name = record_name("verdict", backend.local, config.env_id, where)
         ours = (user.run_cache / name).is_file()  # a resumed setup's own verdict (or the run's, for transfer)
         if ours or user.lend(name):
-            backend.passed = bool(read_json(user.run_cache / name).get("passed"))
-            backend.how = _verified(user.run_cache / name,
-                                    (stage.before or stage.when) if ours else "by an earlier run (user cache)")
-            _lend_library(backend, user)
-            log.info("%s: %s: %s", stage.name, backend.spec,
-                     backend.how if backend.passed else "a cached verdict FAILED")
+            record = read_json(user.run_cache / name)
+            backend.passed = bool(record.get("passed"))
+            when = (stage.before or stage.when) if ours else "by an earlier run (user cache)"
+            if backend.passed:
+                backend.how = _verified(user.run_cache / name, when)
+                _lend_library(backend, user)
+                log.info("%s: %s: %s", stage.name, backend.spec, backend.how)
+            else:  # remembered: the same code is not verified again (a change to it, or to the verifier, is)
+                backend.how = f"verification failed {when}: {record.get('summary', '')}"[:300]
+                log.warning("%s: %s: %s; not verified again until it changes", stage.name, backend.spec,
+                            backend.how)
         else:
             todo.append((backend, name))
     if not todo:
@@ -217,14 +222,19 @@ def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user
         if outcome.interrupted:
             return False
         backend.passed = outcome.passed
+        report = backend.folder.verify_round(0)[1]
         if outcome.passed:
             backend.how = _verified(user.run_cache / name, stage.when)
             user.keep(name)
             _keep_library(backend, user)
             log.info("%s: %s %s", stage.name, backend.spec, backend.how)
+        elif outcome.timed_out:  # no verdict: the next run verifies it again
+            backend.how = f"verification timed out after {config.verify_timeout_s:.0f}s (not a failure)"
+            log.warning("%s: %s: %s; the next run verifies it again (report %s); training falls back to another "
+                        "backend", stage.name, backend.spec, backend.how, report)
         else:
-            report = backend.folder.verify_round(0)[1]
             backend.how = f"verification failed (exit {outcome.returncode}): {first_failing_line(outcome.report)}"
+            user.keep(name)  # a verdict (when the verifier reached one): remembered with its reason
             log.warning("%s: %s FAILED verification (report %s): %s; training falls back to another backend",
                         stage.name, backend.spec, report, first_failing_line(outcome.report))
         return True

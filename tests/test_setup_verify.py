@@ -64,6 +64,10 @@ def test_setup_verifies_what_ships_reuses_it_next_time_and_falls_back_from_a_bro
     for spec in SHIPPED:
         assert "PASS" in (run_dir / "setup" / spec.split("/")[-1] / "verify.r0.log").read_text()
         assert f"setup: {spec} verified L1-L3" in log
+    # each level's line reached the daemon's log as it ended, with its time and figures (under nohup the
+    # log is all a user sees of a setup's minutes)
+    for level in (1, 2, 3):
+        assert re.search(rf"INFO setup .*: verify L{level} [^\n]*: pass in \d+ s \(\d+/\d+ checks", log), log
     assert choice["backend"] in SHIPPED and choice["path"] == "jax-e2e"
     assert "verified L1-L3" in choice["why"] and "at setup" in choice["why"] and "train sps" in choice["why"]
     assert f"training backend: {choice['backend']} (verified L1-L3" in log
@@ -121,13 +125,22 @@ def test_setup_verifies_what_ships_reuses_it_next_time_and_falls_back_from_a_bro
     assert "L2 interactions: FAIL" in report.read_text()
     line = next(line for line in broken_log.splitlines() if f"{SHIPPED[0]} FAILED verification" in line)
     assert f"(report {report})" in line and "[FAIL]" in line and "training falls back" in line
-    assert verdicts(broken_dir) == {spec.split("/")[-1]: True for spec in SHIPPED[1:]}  # a failure is not merged
+    # the failure is a verdict too, kept with its reason
+    assert verdicts(broken_dir) == {"cartpole_v1.py": False, **{spec.split("/")[-1]: True for spec in SHIPPED[1:]}}
     assert broken_log.count("by an earlier run (user cache)") >= len(SHIPPED) - 1
     assert broken["backend"] in SHIPPED[1:]
     failed = next(b for b in broken["backends"] if b["backend"] == SHIPPED[0])
     assert failed["passed"] is False and "[FAIL]" in failed["how"]
     assert train_summary(broken_dir / "exp-0000" / "train.log")["backend"].endswith(broken["backend"])
     assert list(read_results(repo, "broken").status) == ["baseline", "baseline"]
+
+    # The next run on the same broken content does not pay for its verification again: the failed verdict
+    # comes from the user cache, with the check that failed.
+    _, again_broken_log, again_broken = setup_run(repo, "broken-again", user_cache)
+    assert "verifying" not in again_broken_log, again_broken_log
+    line = next(line for line in again_broken_log.splitlines() if f"setup: {SHIPPED[0]}: verification failed" in line)
+    assert "by an earlier run (user cache)" in line and "L2 interactions: " in line and "not verified again" in line
+    assert again_broken["backend"] == broken["backend"]
 
 
 def test_no_setup_verify_trains_on_what_needs_no_verdict(autorl_repo, user_verify_cache):

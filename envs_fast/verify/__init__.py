@@ -89,12 +89,14 @@ def verify(env_id: str, spec: str, levels=(1, 2, 3), settings: Settings | None =
                     level_started = time.perf_counter()
                     progress(f"{LEVEL_TITLES[level]}: started")
                     report.levels.append(LEVELS[level](ctx))
-                    progress(f"{LEVEL_TITLES[level]}: {report.levels[-1].status} in {time.perf_counter() - level_started:.0f} s")
+                    done = report.levels[-1]
+                    progress(f"{LEVEL_TITLES[level]}: {done.status} in {time.perf_counter() - level_started:.0f} s "
+                             f"({done.figures()})")
         finally:
             ctx.close()
     report.seconds = time.perf_counter() - started
     if use_cache and {1, 2, 3} <= set(levels):
-        cache.store_verdict(report.backend, env_id, levels, report.passed, report.to_text().splitlines()[0])
+        cache.store_verdict(report.backend, env_id, levels, report.passed, report.verdict_line())
     return report
 
 

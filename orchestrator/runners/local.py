@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Optional
 
 from envs_fast.protocol import is_file_spec
+from envs_fast.report import PROGRESS_PREFIX
 from envs_fast.rust_build import RUSTC_ENV, toolchain as rust_toolchain
 
 from .. import processes
@@ -49,6 +50,31 @@ JAX_CACHE_ENV = "AUTORL_JAX_CACHE_DIR"  # train.py points JAX's persistent compi
 # evaluate.py's exit codes and its error line (the daemon never imports a harness it runs)
 ENV_CHANGED_EXIT, POLICY_REFUSED_EXIT = 3, 4
 HARNESS_ERROR_PREFIX = "evaluate.py: error: "
+
+
+# envs_fast.verify's exits that carry a verdict (pass, fail); 2 is a usage error, a timeout is none
+VERDICT_EXITS = (0, 1)
+
+
+class ProgressLines:
+    """The new `verify: ...` progress lines of a running verification's log, each into the daemon's
+    log with the slot's label, when called (each tick of the wait, and once at its end)."""
+
+    def __init__(self, path: Path, label: str):
+        self.path, self.label, self.offset, self.partial = path, label, 0, ""
+
+    def __call__(self) -> None:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                data = handle.read()
+        except OSError:
+            return
+        self.offset += len(data)
+        *lines, self.partial = (self.partial + data.decode("utf-8", errors="replace")).split("\n")
+        for line in lines:
+            if line.startswith(PROGRESS_PREFIX):
+                log.info("%s: verify %s", self.label, line[len(PROGRESS_PREFIX):].strip())
 
 
 class LocalRunner:
@@ -83,13 +109,23 @@ class LocalRunner:
                timeout_s: float, tick: str, walls: Walls, output_dir: Optional[Path] = None,
                max_output_bytes: Optional[int] = None, artifact=None) -> processes.ProcessResult:
         marker = processes.new_marker()
-        return processes.run_group(
-            cmd, cwd, env, log_path, timeout_s, self.should_stop,
-            on_spawn=lambda pgid: self.journal.add_handle(
-                slot.exp, {"kind": "local", "pgid": pgid, "marker": marker, "stage": stage}),
-            on_tick=lambda t: progress.show(f"{slot.label}: {tick} {t:.0f}s"),
-            walls=walls, sandbox=self.sandbox, output_dir=output_dir, max_output_bytes=max_output_bytes,
-            marker=marker, artifact=artifact)
+        # a verification's level lines reach the daemon's log as they come (the ticker shows only on a
+        # terminal: under nohup a setup's minutes of verifying would otherwise be silent)
+        follow = ProgressLines(log_path, slot.label) if stage == "verify" else lambda: None
+
+        def on_tick(elapsed: float) -> None:
+            progress.show(f"{slot.label}: {tick} {elapsed:.0f}s")
+            follow()
+
+        try:
+            return processes.run_group(
+                cmd, cwd, env, log_path, timeout_s, self.should_stop,
+                on_spawn=lambda pgid: self.journal.add_handle(
+                    slot.exp, {"kind": "local", "pgid": pgid, "marker": marker, "stage": stage}),
+                on_tick=on_tick, walls=walls, sandbox=self.sandbox, output_dir=output_dir,
+                max_output_bytes=max_output_bytes, marker=marker, artifact=artifact)
+        finally:
+            follow()
 
     def _walls(self, cwd: Path, read_only: list[Path], writable: list[Path]) -> Walls:
         toolchain = [self.rust[1]] if self.rust else []
@@ -260,8 +296,9 @@ class LocalRunner:
                                                      ["--backend", backend, "--levels", "1,2,3"],
                                                      json_path, log_path, "verifying")
         try:
-            if result.returncode == 0 and not result.interrupted and not result.timed_out:
-                # a file's record is keyed by its content (found from here); gymnax's by its version
+            if result.returncode in VERDICT_EXITS and not result.interrupted and not result.timed_out:
+                # a file's record is keyed by its content (found from here); gymnax's by its version. A
+                # failing verdict is kept too: the same code is not verified again (a change is)
                 self._merge(cache, "verdict", str(source / backend) if is_file_spec(backend) else backend)
         finally:
             shutil.rmtree(source, ignore_errors=True)

@@ -45,7 +45,7 @@ from ..workspace import Workspace
 from ..results import ExpFolder
 from .base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
                    add_evaluation, side_by_side_args, train_failure)
-from .local import LocalRunner
+from .local import VERDICT_EXITS, LocalRunner
 from .modal_calls import CallOutcome, CallPolicy, CallWatcher
 
 # USD per hour, Modal's published on-demand rates; a JSON file with the same keys overrides them.
@@ -316,7 +316,7 @@ class ModalRunner:
         if reply.get("timed_out"):
             return VerifyOutcome(False, f"verification timed out after {c.verify_timeout_s:.0f}s\n"
                                         f"{reply.get('log', '')[-4000:]}", returncode=3, timed_out=True)
-        if reply.get("returncode") == 0:
+        if reply.get("returncode") in VERDICT_EXITS:  # a failing verdict too: the same code is not verified again
             self._merge(commit, reply, "verdict", [backend])
         else:
             self._remember(reply.get("environment") or self._environment)
