@@ -14,9 +14,10 @@ container; after every experiment results/<tag>/ and branch autorl/<tag> are sav
                                             [--secret NAME] [--tz Europe/Paris] [--no-wait]
 
 Before the first night, does a GPU container train on its GPU (the driver, what torch and JAX
-see, the shipped train.py for 20 s on CartPole on each path and the device each used)?
+see, the shipped train.py for 20 s on CartPole on each path and the device each used, every other
+fast path's speed, what a night costs per hour)?
 
-    modal run modal_app.py::doctor [--gpu H100]
+    modal run modal_app.py::doctor [--gpu H100] [--price-table FILE.json]
 
 The image, the app and its functions are declared in orchestrator/runners/modal_functions.py
 (AUTORL_MODAL_GPU / AUTORL_MODAL_CPU set the train containers); the work they do is plain Python
@@ -34,8 +35,9 @@ from orchestrator.config import default_tag
 from orchestrator.modal_support import VOLUME_NAME, container_settings
 from orchestrator.runners.modal_doctor import format_report
 from orchestrator.runners.modal_experiment import git_archive, one_experiment
-from orchestrator.runners.modal_functions import (TRAIN_CPU, TRAIN_GPU, app, configured, exact_gpu, gpu_doctor,
-                                                 night_daemon)
+from orchestrator.runners.modal import ComputePrices
+from orchestrator.runners.modal_functions import (EVAL_CPU, NIGHT_CPU, TRAIN_CPU, TRAIN_GPU, app, configured,
+                                                 exact_gpu, gpu_doctor, night_daemon)
 from orchestrator.runners.modal_night import (BUILD_LOG_NAME, checkout_bundle, daemon_command, local_timezone,
                                               output_saved_to)
 
@@ -85,16 +87,20 @@ night = modal.App("autorl-night")
 night.local_entrypoint(name="start")(start_night)
 
 
-def check_gpu(gpu: str = "", budget: float = 20.0):
+def check_gpu(gpu: str = "", budget: float = 20.0, price_table: str = ""):
     """Does a train container train on its GPU? Prints the driver, what torch and JAX see (and the
-    CUDA major each is built for), and this checkout's train.py (HEAD) trained on CartPole for
-    --budget seconds on the host path and on the jax-e2e path, with the device each used; exits 1
-    on any problem. --gpu: the GPU type (default AUTORL_MODAL_GPU)."""
+    CUDA major each is built for), the packages that differ from constraints.txt, this checkout's
+    train.py (HEAD) trained on CartPole for --budget seconds on the jax-host and jax-e2e paths with
+    the device each used, the speed of every other fast path (the JAX port, mjx, the Rust port built
+    there), and what a night costs per hour by the price table the bill uses; exits 1 on any problem.
+    --gpu: the GPU type (default AUTORL_MODAL_GPU). --price-table: as --modal-price-table."""
+    prices = ComputePrices.load(price_table or None)
     function = gpu_doctor.with_options(gpu=exact_gpu(gpu or TRAIN_GPU), cpu=TRAIN_CPU)
-    print(f"GPU {gpu or TRAIN_GPU}: building the image (minutes the first time), then about two minutes ...")
+    print(f"GPU {gpu or TRAIN_GPU}: building the image (minutes the first time), then a few minutes ...")
     with app.run():  # (modal run shows Modal's output: the image build and its log)
         report = function.remote(git_archive(ROOT), budget)
     print(format_report(report))
+    print(f"cost:    {prices.hourly_line(gpu or TRAIN_GPU, TRAIN_CPU, EVAL_CPU, NIGHT_CPU)}")
     if report["problems"]:
         raise SystemExit(1)
 

@@ -40,9 +40,23 @@ documentation it cites:
 - `FakeVolume`: "you need to explicitly commit any changes you make to the volume for the changes
   to become visible outside the current container" and "explicitly reload the volume to see
   changes made since it was mounted" (modal/volume.py, class _Volume).
+- Hardware: each container gets a GPU of the type its function asks for, as nvidia-smi reports it
+  (a `nvidia-smi` on its PATH), and a host CPU model (its /proc/cpuinfo). Modal "may upgrade" a
+  request for an H100 to an H200 and an A100 to an A100-80GB "unless the request says `!`"
+  (modal.com/docs/guide/gpu): containers of an unpinned request alternate between the two; and
+  containers of one GPU type land on hosts of several CPU models (HOST_CPUS, in turn).
+- `block_network=True` (every candidate container): the container has no network ("block all
+  network access", modal.com/docs/reference/modal.App#function); a user namespace of its own
+  with no interface up, as `unshare --net` makes it.
+- `Function.with_options(gpu=, cpu=, timeout=)` returns the function with those options
+  (modal/_functions.py), its calls in the same list.
+
+Hardware and network need `unshare` with user namespaces (`ISOLATION`); without them containers
+run on this machine as it is, and the tests that need them skip, saying so.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -71,6 +85,33 @@ FINISHED = ("success", "failure", "terminated", "timeout", "internal_failure")
 STATUS_OF = {"pending": InputStatus.PENDING, "success": InputStatus.SUCCESS, "failure": InputStatus.FAILURE,
              "terminated": InputStatus.TERMINATED, "timeout": InputStatus.TIMEOUT,
              "internal_failure": InputStatus.FAILURE}
+
+
+# What nvidia-smi names in a container of each GPU request: an unpinned request may get either type
+GPU_TYPES = {"H100!": ("NVIDIA H100 80GB HBM3",), "H100": ("NVIDIA H100 80GB HBM3", "NVIDIA H200"),
+             "H200": ("NVIDIA H200",), "A100-40GB": ("NVIDIA A100-SXM4-40GB",),
+             "A100": ("NVIDIA A100-SXM4-40GB", "NVIDIA A100-SXM4-80GB"), "A100-80GB": ("NVIDIA A100-SXM4-80GB",),
+             "L4": ("NVIDIA L4",), "T4": ("Tesla T4",)}
+HOST_CPUS = ("AMD EPYC 9454 48-Core Processor", "Intel(R) Xeon(R) Platinum 8480+")
+NVIDIA_SMI = """#!/bin/sh
+case "$*" in
+  *driver_version*) echo "{name}, 580.65.06, 81559 MiB" ;;
+  *) echo "{name}" ;;
+esac
+"""
+
+
+def _isolation() -> bool:
+    """Whether a container can have a user namespace of its own (its network off, /proc/cpuinfo its host's)."""
+    if not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(["unshare", "--user", "--map-root-user", "--net", "--mount", "sh", "-c",
+                            "mount --bind /proc/self/status /proc/cpuinfo"], capture_output=True)
+    return probe.returncode == 0
+
+
+ISOLATION = _isolation()
+NO_ISOLATION = "unshare cannot make a user namespace here: the fake's containers keep this machine's network and CPU"
 
 
 @dataclass
@@ -168,12 +209,24 @@ class FakeCall:
 
 
 class FakeFunction:
-    """A modal.Function of the app: spawn runs its input as Modal would (see the module's docstring)."""
+    """A modal.Function of the app: spawn runs its input as Modal would (see the module's docstring),
+    in a container of its `gpu` request (None: no GPU) with its network blocked where it says so."""
 
-    def __init__(self, modal: "FakeModal", name: str, timeout_s: float):
+    def __init__(self, modal: "FakeModal", name: str, timeout_s: float, gpu: Optional[str] = None,
+                 cpu: Optional[float] = None, block_network: bool = False):
         self.modal, self.name, self.timeout_s = modal, name, timeout_s
+        self.gpu, self.cpu, self.block_network = gpu, cpu, block_network
         self.plans: list[Plan] = []          # one per spawn, in order; then Plan()
         self.calls: list[FakeCall] = []
+
+    def with_options(self, *, gpu: Optional[str] = None, cpu: Optional[float] = None,
+                     timeout: Optional[float] = None) -> "FakeFunction":
+        """The function with other resources (what is not given stays), sharing its plans and calls."""
+        other = FakeFunction(self.modal, self.name, timeout if timeout is not None else self.timeout_s,
+                             gpu if gpu is not None else self.gpu, cpu if cpu is not None else self.cpu,
+                             self.block_network)
+        other.plans, other.calls = self.plans, self.calls
+        return other
 
     def spawn(self, *args, **kwargs) -> FakeCall:
         if not self.modal.app.alive():
@@ -187,7 +240,7 @@ class FakeFunction:
                                              "input_id": f"in-{call_id[3:]}", "status": "pending", "task_id": "",
                                              "output_ttl_s": plan.output_ttl_s, "restarts": 0})
         self.calls.append(call)
-        threading.Thread(target=_Scheduler(self.modal, call, plan, self.timeout_s).run, daemon=True,
+        threading.Thread(target=_Scheduler(self.modal, call, plan, self.timeout_s, self).run, daemon=True,
                          name=f"fake-modal-{call_id}").start()
         return call
 
@@ -196,8 +249,8 @@ class _Scheduler:
     """Modal's side of one input, run in the client's process: queue, container, restarts. A
     container also watches the client itself, so a client that dies takes its containers along."""
 
-    def __init__(self, modal: "FakeModal", call: FakeCall, plan: Plan, timeout_s: float):
-        self.modal, self.call, self.plan, self.timeout_s = modal, call, plan, timeout_s
+    def __init__(self, modal: "FakeModal", call: FakeCall, plan: Plan, timeout_s: float, function: FakeFunction):
+        self.modal, self.call, self.plan, self.timeout_s, self.function = modal, call, plan, timeout_s, function
         self.state_path = call.dir / "call.json"
 
     def update(self, **fields) -> None:
@@ -228,9 +281,24 @@ class _Scheduler:
                 return self.finish("internal_failure", f"input lost: pre-empted {restarts} times")
 
     def container(self, task: str, preempt: bool) -> str:
+        env, isolate = self.modal.container_env(), []
+        gpu, cpu_model = self.modal.hardware(self.function.gpu)
+        if ISOLATION:
+            host = self.call.dir / f"host-{task}"
+            (host / "bin").mkdir(parents=True)
+            if gpu:
+                smi = host / "bin" / "nvidia-smi"
+                smi.write_text(NVIDIA_SMI.format(name=gpu))
+                smi.chmod(0o755)
+                env["PATH"] = f"{host / 'bin'}{os.pathsep}{env['PATH']}"
+            (host / "cpuinfo").write_text(f"processor\t: 0\nmodel name\t: {cpu_model}\n")
+            isolate = ["unshare", "--user", "--map-root-user", "--mount"] + (["--net"] if self.function.block_network
+                                                                            else [])
+            isolate += ["sh", "-c", f'mount --bind "{host / "cpuinfo"}" /proc/cpuinfo && exec "$@"', "sh"]
+        self.update(gpu=gpu, cpu_model=cpu_model)
         with open(self.call.dir / f"container-{task}.log", "wb") as log:  # what `modal app logs` would show
-            proc = subprocess.Popen([sys.executable, "-m", "tests.fake_modal", "container", str(self.call.dir), task],
-                                    cwd=self.call.dir, env=self.modal.container_env(), stdout=log,
+            proc = subprocess.Popen(isolate + [sys.executable, "-m", "tests.fake_modal", "container", str(self.call.dir),
+                                               task], cwd=self.call.dir, env=env, stdout=log,
                                     stderr=subprocess.STDOUT)
         started, signalled = time.monotonic(), None
         while proc.poll() is None:
@@ -275,13 +343,30 @@ class FakeModal:
         self.max_restarts = max_restarts
         self.app = FakeApp.start(self.root)
         # the functions' own timeouts, as declared in modal_functions.py
-        self.train = FakeFunction(self, "train_experiment", train_timeout_s or modal_functions.TRAIN_TIMEOUT_S)
-        self.evaluate = FakeFunction(self, "evaluate_policy",
-                                     eval_timeout_s or modal_experiment.EVAL_TIMEOUT_S + 300)
-        self.check = FakeFunction(self, "check_backend", modal_functions.CHECK_TIMEOUT_S)
+        # the functions as modal_functions.py declares them: their timeouts, GPU requests and walls
+        gpu, walled = modal_functions.exact_gpu(modal_functions.TRAIN_GPU), modal_functions.CANDIDATE_CONTAINER
+        self.train = FakeFunction(self, "train_experiment", train_timeout_s or modal_functions.TRAIN_TIMEOUT_S, gpu,
+                                  modal_functions.TRAIN_CPU, walled["block_network"])
+        self.evaluate = FakeFunction(self, "evaluate_policy", eval_timeout_s or modal_experiment.EVAL_TIMEOUT_S + 300,
+                                     None, modal_functions.EVAL_CPU, walled["block_network"])
+        self.check = FakeFunction(self, "check_backend", modal_functions.CHECK_TIMEOUT_S, gpu,
+                                  modal_functions.TRAIN_CPU, walled["block_network"])
+        self._containers = itertools.count()
+        self._hardware_lock = threading.Lock()
 
     def from_id(self, call_id: str) -> FakeCall:
         return FakeCall(self.root, call_id)
+
+    def hardware(self, request: Optional[str]) -> tuple[str, str]:
+        """(the GPU nvidia-smi names, "" for none; the host's CPU model) of the next container for a GPU
+        `request`: an unpinned request's types and the hosts' CPU models each in turn."""
+        with self._hardware_lock:
+            k = next(self._containers)
+        if not request:
+            return "", HOST_CPUS[k % len(HOST_CPUS)]
+        name, _, _ = request.upper().partition(":")
+        types = GPU_TYPES.get(name) or (name,)
+        return types[k % len(types)], HOST_CPUS[(k // len(types)) % len(HOST_CPUS)]
 
     def stop(self) -> None:
         self.app.stop()

@@ -178,13 +178,19 @@ def test_doctor_reports_what_this_machine_trains_on(autorl_repo):
     machine without a GPU, that is the problem the doctor reports)."""
     import jax
 
-    # the ports' speed measured on CartPole's JAX translation: BipedalWalker's compiles for minutes on a CPU
-    report = modal_doctor.diagnose(archive_of(autorl_repo()), budget=8, ports=("CartPole-v1", "Hopper-v5"),
-                                   port_envs=64)
-    port, missing = report["ports"]
+    # every kind of fast path, CartPole's standing in for BipedalWalker's ports (which compile for minutes on
+    # a CPU); a path the checkout lacks is a problem the doctor names
+    paths = (("CartPole-v1", "jax"), ("Hopper-v5", "jax"), ("HalfCheetah-v5", "mjx"), ("CartPole-v1", "rust"))
+    report = modal_doctor.diagnose(archive_of(autorl_repo()), budget=8, paths=paths, port_envs=64)
+    port, missing, mjx, rust = report["ports"]
     assert port["sps"] > 1000 and port["num_envs"] == 64 and jax.default_backend() in port["device"].lower()
-    assert "no JAX translation of Hopper-v5" in missing["error"]
+    assert "no jax translation of Hopper-v5" in missing["error"]
     assert "the JAX port of Hopper-v5 did not run here" in "\n".join(report["problems"])
+    assert mjx["sps"] > 0 and mjx["num_envs"] == 64, mjx
+    if shutil.which("rustc"):
+        assert rust["sps"] > 1000 and rust["num_envs"] == modal_doctor.RUST_NUM_ENVS and rust["device"] == "cpu", rust
+    else:
+        assert "the Rust port of CartPole-v1 did not run here" in "\n".join(report["problems"])
     assert report["jax_host"]["trained"] and report["jax_host"]["path"] == "jax-host"
     assert report["verify"]["passed"], report["verify"]
     assert report["jax_e2e"]["trained"] and report["jax_e2e"]["path"] == "jax-e2e"
@@ -192,6 +198,7 @@ def test_doctor_reports_what_this_machine_trains_on(autorl_repo):
     text = modal_doctor.format_report(report)
     assert "path jax-host" in text and "path jax-e2e" in text
     assert re.search(r"port: +CartPole-v1's JAX port, 64 envs on \S+: \d+ env steps/s \(compile [\d.]+ s\)", text), text
+    assert "HalfCheetah-v5's mjx backend, 64 envs" in text
     assert report["jax_host"]["device"] == jax.default_backend()
     if jax.default_backend() != "gpu":
         assert any("JAX" in line and "not a GPU" in line for line in report["problems"])

@@ -31,7 +31,7 @@ from orchestrator.status import modal_call_lines, render_status
 from orchestrator.workspace import Workspace
 from tests.conftest import (FAST, PYTHON, daemon_env, read_results, run_daemon, tiny_train_py,
                             unique_sleep, wait_until_gone, write_replay)
-from tests.fake_modal import FakeCall, FakeModal, FakeVolume, Plan
+from tests.fake_modal import ISOLATION, NO_ISOLATION, FakeCall, FakeModal, FakeVolume, Plan
 
 # Seconds, not Modal's minutes: a call waits for a container at most 60 s, twice, 0.2 s apart.
 QUICK = CallPolicy(queue_limit_s=60, tries=2, backoff_s=0.2, answer_margin_s=5, state_poll_s=0.2, poll_s=0.2)
@@ -480,6 +480,55 @@ def test_pull_without_a_token_says_how_to_get_one(autorl_repo, tmp_path):
     assert result.returncode == 1 and "modal token new" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert not (repo / "results" / "cloud").exists()
+
+
+def test_an_unpinned_gpu_request_gets_either_type_and_a_pinned_one_never(tmp_path):
+    """The fake hands out hardware as Modal does: an "H100" request may run on an H200, "H100!" never;
+    hosts of one GPU type have several CPU models. The functions ask for exactly the type named."""
+    if not ISOLATION:
+        pytest.skip(NO_ISOLATION)
+    fake = FakeModal(tmp_path / "modal")
+    try:
+        def machines(function) -> list[dict]:
+            calls = [function.spawn(b"", "CartPole-v1", "environment", [], {}, 60.0) for _ in range(2)]
+            return [call.get(timeout=120)["environment"]["machine"] for call in calls]
+
+        unpinned = machines(fake.check.with_options(gpu="H100"))
+        assert {m["gpus"] for m in unpinned} == {"NVIDIA H100 80GB HBM3", "NVIDIA H200"}
+        assert fake.check.gpu == "H100!"   # as modal_functions declares it
+        pinned = machines(fake.check)
+        assert {m["gpus"] for m in pinned} == {"NVIDIA H100 80GB HBM3"} and len({m["cpu"] for m in pinned}) == 2
+        assert len(fake.check.calls) == 4   # with_options shares the function's calls
+    finally:
+        fake.stop()
+
+
+NETWORK_TRAIN_PY = """import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=5)
+    print("network: reached")
+except OSError as exc:
+    print("network: blocked:", exc)
+"""
+
+
+def test_a_candidate_container_has_no_network(one_runner):
+    """train.py in its container cannot reach even a server on the daemon's machine (block_network)."""
+    if not ISOLATION:
+        pytest.skip(NO_ISOLATION)
+    import socket
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        r = one_runner(NETWORK_TRAIN_PY.format(port=server.getsockname()[1]))
+        r.measure()
+        log = (r.folder.path / "exp-0001" / "train.log").read_text()
+    assert "network: blocked" in log and "network: reached" not in log, log
+
+
+def test_the_doctor_states_a_nights_hourly_cost_from_the_billing_table():
+    line = ComputePrices.load(None).hourly_line("H100", 8, 4, 2)
+    assert "$4.33 per hour of each training container (H100 with 8 cores" in line   # 3.95 + 8 x 0.047
+    assert "$0.19 per hour of scoring (4 cores)" in line and "$0.09 per hour for the daemon's container" in line
 
 
 def test_prices_count_every_gpu_of_a_container_and_ignore_the_case_of_its_name():

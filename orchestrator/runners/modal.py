@@ -77,6 +77,15 @@ class ComputePrices:
                 f"--modal-price-table FILE (JSON, e.g. {{\"{name}\": 4.0}}); known: "
                 f"{', '.join(sorted(k for k in self.per_hour if k != 'CPU_CORE'))}")
 
+    def hourly_line(self, gpu: str, cpu: float, eval_cpu: float, night_cpu: float) -> str:
+        """What a night on these containers costs per hour, from this table (the one the rows are billed
+        by): each training container, each scoring container, and a `::night`'s own container."""
+        train, score, night = (self.cost(3600, gpu, cpu), self.cost(3600, None, eval_cpu),
+                               self.cost(3600, None, night_cpu))
+        return (f"a night costs ${train:.2f} per hour of each training container ({gpu} with {cpu:g} cores; "
+                f"--parallel N runs N), ${score:.2f} per hour of scoring ({eval_cpu:g} cores), and in a ::night "
+                f"${night:.2f} per hour for the daemon's container ({night_cpu:g} cores)")
+
     def cost(self, seconds: float, gpu: Optional[str], cpu: float) -> float:
         """USD for `seconds` of a container with `gpu` ("H100", "a100-80gb", "H100:2": two of them)
         and `cpu` cores. A GPU type not in the table is refused (`missing`), never billed at a guess."""

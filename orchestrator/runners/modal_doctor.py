@@ -2,8 +2,10 @@
 plain Python: the driver, what torch and JAX see (and the CUDA major each was built for), then the
 checkout's train.py for a short budget on CartPole on each path (the jax-host path, JAX learning from a
 host env; the jax-e2e path, after verifying the shipped JAX translation there), each saying which
-device it trained on, then the raw speed of the JAX physics ports shipped for GPUs (PORT_ENVS). The jax-e2e run is a night's training call exactly: the verdict reached by
-`check_archive` (what a night's verify runs) handed over as a night hands its records over.
+device it trained on, then the raw speed of every other fast path a night could take (FAST_PATHS: the
+JAX physics port, mjx for a MuJoCo env, the Rust port built here). The jax-e2e run is a night's
+training call exactly: the verdict reached by `check_archive` (what a night's verify runs) handed over
+as a night hands its records over.
 
 Nothing here imports modal: `gpu_doctor` of modal_functions.py calls `diagnose`, and tests call it
 directly (on a machine without a GPU it reports exactly that, as problems).
@@ -23,9 +25,12 @@ from .modal_experiment import check_archive, extract_archive, train_archive
 DOCTOR_ENV = "CartPole-v1"   # a shipped JAX translation exists for it, so both paths can run
 DOCTOR_BUDGET_S = 20.0
 VERIFY_TIMEOUT_S = 900
-# The JAX physics ports shipped for GPUs (on a CPU the Rust port wins): their raw batched speed here.
-PORT_ENVS = ("BipedalWalker-v3",)
+# Every other fast path a night could take here, (env, kind), each stepping its env under random actions:
+# the JAX physics port shipped for GPUs, mjx for a MuJoCo env, and the Rust port (built here, as setup
+# builds it: the image must carry the toolchain).
+FAST_PATHS = (("BipedalWalker-v3", "jax"), ("HalfCheetah-v5", "mjx"), ("BipedalWalker-v3", "rust"))
 PORT_NUM_ENVS = 4096
+RUST_NUM_ENVS = 64   # host envs: a Rust port steps on the container's CPUs
 PORT_SECONDS = 10.0
 
 
@@ -108,37 +113,46 @@ def _train(archive: bytes, env_id: str, budget: float, verdicts: Optional[dict] 
         "log_tail": "\n".join(result["log"].strip().splitlines()[-5:])}
 
 
-def port_speed(archive: bytes, env_id: str, num_envs: int = PORT_NUM_ENVS, seconds: float = PORT_SECONDS) -> dict:
-    """The archive's JAX translation of `env_id` stepping `num_envs` envs here under random actions (a
-    jitted scan, auto-reset included: what bench's backend figure times): steps/s after its compile,
-    the compile's seconds and the device; or why it could not run."""
+def path_speed(archive: bytes, env_id: str, kind: str = "jax", num_envs: int = PORT_NUM_ENVS,
+               seconds: float = PORT_SECONDS) -> dict:
+    """One fast path of the archive stepping `env_id` here under random actions (auto-reset included:
+    what bench's backend figure times): kind "jax" its JAX translation under a jitted scan of `num_envs`
+    envs, "mjx" MuJoCo's JAX port the same way, "rust" its Rust translation built here and stepped
+    over RUST_NUM_ENVS envs. Steps/s after the build or compile, its seconds and the device; or why it
+    could not run."""
     import time
 
     import jax
 
     from envs_fast.protocol import translation_path
-    from envs_fast.throughput import jax_runner, measure
+    from envs_fast.throughput import jax_runner, measure, rust_runner
 
     with tempfile.TemporaryDirectory(prefix="autorl-doctor-port-") as tmp:
         checkout = Path(tmp)
         extract_archive(archive, checkout)
-        spec = translation_path(env_id, checkout)
-        if not spec.is_file():
-            return {"env_id": env_id, "error": f"the checkout ships no JAX translation of {env_id}"}
+        spec = "mjx" if kind == "mjx" else str(translation_path(env_id, checkout, lang=kind))
+        if kind != "mjx" and not Path(spec).is_file():
+            return {"env_id": env_id, "kind": kind, "error": f"the checkout ships no {kind} translation of {env_id}"}
+        envs = RUST_NUM_ENVS if kind == "rust" else num_envs
         try:
             started = time.perf_counter()
-            runner = jax_runner(str(spec), env_id, num_envs, scan_steps=32)
-            runner.run_once()   # compiles
+            runner = rust_runner(spec, env_id, envs) if kind == "rust" else jax_runner(spec, env_id, envs,
+                                                                                     scan_steps=32)
+            runner.run_once()   # compiles (or built above)
             compile_s = time.perf_counter() - started
             sps = measure({"port": runner}, seconds, rounds=1)["port"]
         except Exception as exc:  # the doctor reports it, as a problem, and goes on
-            return {"env_id": env_id, "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
-    return {"env_id": env_id, "num_envs": num_envs, "sps": round(sps), "compile_seconds": round(compile_s, 1),
-            "device": str(jax.devices()[0])}
+            return {"env_id": env_id, "kind": kind,
+                    "error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"}
+    return {"env_id": env_id, "kind": kind, "num_envs": envs, "sps": round(sps), "compile_seconds": round(compile_s, 1),
+            "device": "cpu" if kind == "rust" else str(jax.devices()[0])}
+
+
+PATH_NAMES = {"jax": "JAX port", "mjx": "mjx backend", "rust": "Rust port"}
 
 
 def diagnose(archive: bytes, env_id: str = DOCTOR_ENV, budget: float = DOCTOR_BUDGET_S,
-             ports: tuple[str, ...] = PORT_ENVS, port_envs: int = PORT_NUM_ENVS) -> dict:
+             paths: tuple[tuple[str, str], ...] = FAST_PATHS, port_envs: int = PORT_NUM_ENVS) -> dict:
     """Everything the doctor looks at, in the container it runs in."""
     report = {"driver": driver(), "torch": torch_view(), "jax": jax_view(), "env_id": env_id, "budget_s": budget,
               "unlocked": differences(installed_versions())}
@@ -147,7 +161,7 @@ def diagnose(archive: bytes, env_id: str = DOCTOR_ENV, budget: float = DOCTOR_BU
     report["verify"] = {"passed": passed, "summary": summary}
     if passed:
         report["jax_e2e"] = _train(archive, env_id, budget, records, environment)
-    report["ports"] = [port_speed(archive, port, port_envs) for port in ports]
+    report["ports"] = [path_speed(archive, env, kind, port_envs) for env, kind in paths]
     report["problems"] = problems(report)
     return report
 
@@ -183,7 +197,7 @@ def problems(report: dict) -> list[str]:
             found.append(f"with a verified JAX translation training took the {e2e['path']} path, not jax-e2e")
         elif not on_gpu(e2e["device"]):
             found.append(f"the jax-e2e path trained on {e2e['device']}, not the GPU")
-    found += [f"the JAX port of {port['env_id']} did not run here: {port['error']}"
+    found += [f"the {PATH_NAMES[port.get('kind', 'jax')]} of {port['env_id']} did not run here: {port['error']}"
               for port in report.get("ports", []) if "error" in port]
     return found
 
@@ -206,7 +220,7 @@ def format_report(report: dict) -> str:
                      f"return {run['episode_return']}")
     for port in report.get("ports", []):
         if "error" not in port:
-            lines.append(f"{'port:':8} {port['env_id']}'s JAX port, {port['num_envs']} envs on {port['device']}: "
-                         f"{port['sps']} env steps/s (compile {port['compile_seconds']} s)")
+            lines.append(f"{'port:':8} {port['env_id']}'s {PATH_NAMES[port.get('kind', 'jax')]}, {port['num_envs']} "
+                         f"envs on {port['device']}: {port['sps']} env steps/s (compile {port['compile_seconds']} s)")
     lines += [f"PROBLEM: {line}" for line in report["problems"]] or ["ok: train.py's JAX learner trains on the GPU on both paths"]
     return "\n".join(lines)
