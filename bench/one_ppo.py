@@ -3,6 +3,7 @@ two-learner one before it), side by side, on the default path a night would take
 
     .venv/bin/python bench/one_ppo.py --old COMMIT [--new HEAD] [--cases cartpole-3s,pendulum-15s,...]
                                       [--work DIR] [--out bench/results/one-ppo-DATE.jsonl] [--episodes 100]
+                                      [--seeds 7,8,9] [--sides old,new]
 
 Both sides train in checkouts that share one base (this checkout's evaluate.py, envs_fast/,
 train_plumbing.py and policy_export.py, committed at --new) and differ only in candidate/train.py, so
@@ -35,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from orchestrator.artifacts import parse_summary  # noqa: E402  (train.py's summary lines, as the daemon reads them)
 
 EVAL_SEED = 900_000  # far from every training run's resets
-SHARED = ("evaluate.py", "envs_fast", "train_plumbing.py", "policy_export.py")
+SHARED = ("evaluate.py", "envs_fast", "envs", "train_plumbing.py", "policy_export.py")
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,10 @@ CASES = {c.name: c for c in (
     Case("pendulum-15s", "Pendulum-v1", 15, (1, 2, 3), ">= -200 on 3 seeds"),
     Case("lunarlander-15s", "LunarLander-v3", 15, (1, 2, 3, 4, 5, 6), "no port: no worse than the old train.py"),
     Case("lunarlander-120s", "LunarLander-v3", 120, (1, 2), "no port: no worse than the old train.py"),
+    Case("connect-four-15s", "envs.connect_four.env:Env", 15, (1, 2, 3, 4, 5, 6),
+         "a created env (no port): no worse than the old train.py"),
+    Case("connect-four-120s", "envs.connect_four.env:Env", 120, (1, 2),
+         "a created env (no port): no worse than the old train.py"),
     Case("bipedalwalker-720s", "BipedalWalker-v3", 720, (1, 2, 3), "mean of 3 seeds >= 310"),
     Case("halfcheetah-720s", "HalfCheetah-v5", 720, (1, 2, 3), "at least the old host path's mean"),
 )}
@@ -62,6 +67,14 @@ PORTS = {"CartPole-v1": "envs_fast/cartpole_v1.py", "Pendulum-v1": "envs_fast/pe
 
 def git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def train_py_blob(commit: str) -> str:
+    """The blob of `commit`'s candidate/train.py, or "" where the commit is not in this clone."""
+    try:
+        return git("rev-parse", f"{commit}:candidate/train.py")
+    except subprocess.CalledProcessError:
+        return ""
 
 
 def checkout(root: Path, base_commit: str, train_commit: str) -> Path:
@@ -136,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="checkouts and run folders (default: a temp dir)")
     parser.add_argument("--out", type=Path, required=True, help="the JSON lines file results go to (resumable)")
     parser.add_argument("--episodes", type=int, default=100)
+    parser.add_argument("--seeds", default="", help="comma-separated seeds for every case (default: each case's)")
+    parser.add_argument("--sides", default="old,new", choices=("old,new", "new", "old"),
+                        help="which sides train now (a later call adds the other: the file is resumable)")
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases.split(",") if c not in CASES]
     if unknown:
@@ -149,18 +165,19 @@ def main(argv: list[str] | None = None) -> int:
         print(verify(roots["new"], env_id, cache), flush=True)
     done = [json.loads(line) for line in args.out.read_text().splitlines()] if args.out.exists() else []
     # a run is known by its train.py's content: a commit that changes only other files trains nothing again
-    blob = {commit: git("rev-parse", f"{commit}:candidate/train.py")
-            for commit in {r["commit"] for r in done} | set(commits.values())}
-    have = {(r["side"], blob[r["commit"]], r["case"], r["seed"]) for r in done}
+    # (rows carry it; older rows name a commit, which may be gone from this clone: then they match nothing)
+    blob = {commit: train_py_blob(commit) for commit in {r["commit"] for r in done} | set(commits.values())}
+    have = {(r["side"], r.get("train_py") or blob[r["commit"]], r["case"], r["seed"]) for r in done}
+    seeds = [int(seed) for seed in args.seeds.split(",")] if args.seeds else None
     for case in cases:
-        for seed in case.seeds:
-            for side in ("old", "new"):  # interleaved: both see the same load
+        for seed in seeds or case.seeds:
+            for side in args.sides.split(","):  # interleaved: both see the same load
                 identity = (side, blob[commits[side]], case.name, seed)
                 if identity in have:
                     continue
                 row = run(roots[side], case, seed, cache, work / "runs" / f"{case.name}-{side}-{seed}", args.episodes)
-                row.update(side=side, commit=commits[side], case=case.name, seed=seed, env_id=case.env_id,
-                           budget=case.budget, episodes=args.episodes)
+                row.update(side=side, commit=commits[side], train_py=blob[commits[side]], case=case.name, seed=seed,
+                           env_id=case.env_id, budget=case.budget, episodes=args.episodes)
                 print(json.dumps(row), flush=True)
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 with open(args.out, "a") as file:
