@@ -361,7 +361,8 @@ def test_wrong_physics_without_state_sync_is_refused_and_with_it_fails_l2_at_an_
     out, err = capsys.readouterr()
     assert "L2 interactions: FAIL" in out
     # a level's start and end reach stderr as they happen (a physics port's levels take an hour)
-    assert re.search(r"^verify: L2 interactions: started\nverify: L2 interactions: fail in \d+ s$", err, re.M), err
+    assert re.search(r"^verify: L2 interactions: started\nverify: L2 interactions: fail in \d+ s "
+                     r"\(\d+/\d+ checks; first failure: step from rollout states\)$", err, re.M), err
     first = out.split("first failure", 1)[1]
     assert "    state: .x=" in first and "    action: " in first, first
     assert "theta_dot" in first.split("differing fields", 1)[1], first
