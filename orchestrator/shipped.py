@@ -202,7 +202,7 @@ def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user
             backend.passed = bool(record.get("passed"))
             when = (stage.before or stage.when) if ours else "by an earlier run (user cache)"
             if backend.passed:
-                backend.how = _verified(user.run_cache / name, when)
+                backend.how = _verified(record, when)
                 _lend_library(backend, user)
                 log.info("%s: %s: %s", stage.name, backend.spec, backend.how)
             else:  # remembered: the same code is not verified again (a change to it, or to the verifier, is)
@@ -224,7 +224,7 @@ def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user
         backend.passed = outcome.passed
         report = backend.folder.verify_round(0)[1]
         if outcome.passed:
-            backend.how = _verified(user.run_cache / name, stage.when)
+            backend.how = _verified(read_json(user.run_cache / name), stage.when)
             user.keep(name)
             _keep_library(backend, user)
             log.info("%s: %s %s", stage.name, backend.spec, backend.how)
@@ -243,10 +243,10 @@ def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user
         return all(list(pool.map(verify, todo)))
 
 
-def _verified(record: Path, when: str) -> str:
-    """`verified L1-L3 at setup`, saying so when the verification was the weaker, statistical kind
-    (a backend that cannot sync state with the reference: gymnax)."""
-    weaker = "statistical only" in str(read_json(record).get("summary", ""))
+def _verified(record: dict, when: str) -> str:
+    """`verified L1-L3 at setup`, saying so when the verification (its verdict `record`) was the
+    weaker, statistical kind (a backend that cannot sync state with the reference: gymnax)."""
+    weaker = "statistical only" in str(record.get("summary", ""))
     return f"verified L1-L3{' (statistically only: state not synced)' if weaker else ''} {when}"
 
 

@@ -51,11 +51,12 @@ documentation it cites:
 - `Function.with_options(gpu=, cpu=, timeout=)` returns the function with those options
   (modal/_functions.py), its calls in the same list.
 
-Hardware and network need `unshare` with user namespaces (`ISOLATION`); without them containers
+Hardware and network need `unshare` with user namespaces (`isolation()`); without them containers
 run on this machine as it is, and the tests that need them skip, saying so.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -101,8 +102,10 @@ esac
 """
 
 
-def _isolation() -> bool:
-    """Whether a container can have a user namespace of its own (its network off, /proc/cpuinfo its host's)."""
+@functools.lru_cache(maxsize=None)
+def isolation() -> bool:
+    """Whether a container can have a user namespace of its own (its network off, /proc/cpuinfo its
+    host's). Probed once, by the client (a container never asks)."""
     if not shutil.which("unshare"):
         return False
     probe = subprocess.run(["unshare", "--user", "--map-root-user", "--net", "--mount", "sh", "-c",
@@ -110,7 +113,6 @@ def _isolation() -> bool:
     return probe.returncode == 0
 
 
-ISOLATION = _isolation()
 NO_ISOLATION = "unshare cannot make a user namespace here: the fake's containers keep this machine's network and CPU"
 
 
@@ -283,7 +285,7 @@ class _Scheduler:
     def container(self, task: str, preempt: bool) -> str:
         env, isolate = self.modal.container_env(), []
         gpu, cpu_model = self.modal.hardware(self.function.gpu)
-        if ISOLATION:
+        if isolation():
             host = self.call.dir / f"host-{task}"
             (host / "bin").mkdir(parents=True)
             if gpu:

@@ -31,7 +31,7 @@ from orchestrator.status import modal_call_lines, render_status
 from orchestrator.workspace import Workspace
 from tests.conftest import (FAST, PYTHON, daemon_env, read_results, run_daemon, tiny_train_py,
                             unique_sleep, wait_until_gone, write_replay)
-from tests.fake_modal import ISOLATION, NO_ISOLATION, FakeCall, FakeModal, FakeVolume, Plan
+from tests.fake_modal import NO_ISOLATION, FakeCall, FakeModal, FakeVolume, Plan, isolation
 
 # Seconds, not Modal's minutes: a call waits for a container at most 60 s, twice, 0.2 s apart.
 QUICK = CallPolicy(queue_limit_s=60, tries=2, backoff_s=0.2, answer_margin_s=5, state_poll_s=0.2, poll_s=0.2)
@@ -485,7 +485,7 @@ def test_pull_without_a_token_says_how_to_get_one(autorl_repo, tmp_path):
 def test_an_unpinned_gpu_request_gets_either_type_and_a_pinned_one_never(tmp_path):
     """The fake hands out hardware as Modal does: an "H100" request may run on an H200, "H100!" never;
     hosts of one GPU type have several CPU models. The functions ask for exactly the type named."""
-    if not ISOLATION:
+    if not isolation():
         pytest.skip(NO_ISOLATION)
     fake = FakeModal(tmp_path / "modal")
     try:
@@ -514,7 +514,7 @@ except OSError as exc:
 
 def test_a_candidate_container_has_no_network(one_runner):
     """train.py in its container cannot reach even a server on the daemon's machine (block_network)."""
-    if not ISOLATION:
+    if not isolation():
         pytest.skip(NO_ISOLATION)
     import socket
 
