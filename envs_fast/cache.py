@@ -1,12 +1,17 @@
 """Verdicts and throughput figures cached on disk, so `backend="auto"` never re-verifies.
 
-A record's key is everything that decides it: the backend's content hash (the translation file,
-or the third-party package's version; a Rust translation's with rustc's version), the env id, the
-interpreter, the versions of the packages that decide its behaviour (jax and jaxlib with their CUDA
-plugins, torch, the physics engines), and the source of every module of envs_fast that is not a
-translation (the verifier, the gate, the bench and throughput code, this file). A throughput
-record's key adds the machine (CPU model and count; on a GPU machine its GPUs instead,
-`bench_machine`): a figure measured on another machine is no figure here. Change any of them and the old record no longer applies.
+A record's name is the hash of what decides it besides envs_fast's own code: the backend's content
+hash (the translation file, or the third-party package's version; a Rust translation's with rustc's
+version), the env id, the interpreter and the versions of the packages that decide its behaviour (jax
+and jaxlib with their CUDA plugins, torch, the physics engines). A throughput record's name adds the
+machine (CPU model and count; on a GPU machine its GPUs instead, `bench_machine`): a figure measured
+on another machine is no figure here.
+
+envs_fast's code is checked as a build tool checks a depfile: a record lists the modules of envs_fast
+(all but translations) that the process which wrote it had imported, with their hashes (`sources`),
+and holds while each of them is unchanged (`holds`). So a verdict on the Rust BipedalWalker port
+survives an edit to the MJX engine, which its verification never imports, and not an edit to the
+verifier or the Rust loader. Change any input and the old record no longer applies.
 """
 from __future__ import annotations
 
@@ -87,15 +92,39 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def verifier_hash(package_dir: Path | None = None) -> str:
-    """The hash of envs_fast's decisive sources, this process's or those of a copy of envs_fast
-    (`package_dir`: a snapshot's, a run's worktree's): a part of every record's key."""
+def source_hashes(package_dir: Path | None = None) -> dict[str, str]:
+    """{path in envs_fast: sha256} of every decisive module, this process's or those of a copy of
+    envs_fast (`package_dir`: a snapshot's, a run's worktree's): what a record's `sources` are checked
+    against."""
     package_dir = package_dir or PACKAGE_DIR
-    digest = hashlib.sha256()
-    for path in decisive_sources(package_dir):
-        digest.update(path.relative_to(package_dir).as_posix().encode())
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
+    return {path.relative_to(package_dir).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in decisive_sources(package_dir)}
+
+
+def loaded_sources() -> dict[str, str]:
+    """The decisive modules of envs_fast this process has imported, with their hashes: what a record it
+    writes depends on (the verifier's levels, the backend's loader and what they import, and nothing
+    of the backends it never loaded)."""
+    decisive = {path.resolve() for path in decisive_sources()}
+    loaded = {Path(module.__file__).resolve() for module in list(sys.modules.values())
+              if getattr(module, "__file__", None)}
+    return {path.relative_to(PACKAGE_DIR).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+            for path in sorted(decisive & loaded)}
+
+
+def changed_sources(record: dict, environment: dict | None = None) -> list[str]:
+    """The modules `record` was made with that differ in `environment`'s envs_fast (None: this
+    process's); every one of them when the record names none (written before records listed them)."""
+    sources = record.get("sources")
+    current = _field(environment, "envs_fast", source_hashes)
+    if not isinstance(sources, dict) or not sources or not isinstance(current, dict):
+        return ["(all: the record does not list its sources)"]
+    return sorted(name for name, digest in sources.items() if current.get(name) != digest)
+
+
+def holds(record: dict | None, environment: dict | None = None) -> bool:
+    """Whether a record read under its name still applies: every envs_fast module it depends on unchanged."""
+    return bool(record) and not changed_sources(record, environment)
 
 
 def interpreter() -> str:
@@ -131,13 +160,14 @@ def rustc() -> str:
 
 def environment(package_dir: Path | None = None) -> dict:
     """What this process's records are keyed by besides the backend and the env: the interpreter,
-    the packages, the machine, the Rust compiler and envs_fast's decisive source (`package_dir`'s:
+    the packages, the machine, the Rust compiler, and envs_fast's decisive modules that records are
+    checked against (`package_dir`'s:
     the envs_fast a checkout's processes import, which need not be this process's). The daemon
     names the records of a Modal run by its containers' (`record_name(..., environment=)`), which
     they report; a local run's by the envs_fast its processes run (the run's commit, not the
     daemon's)."""
     return {"python": interpreter(), "versions": package_versions(), "machine": machine(), "rustc": rustc(),
-            "envs_fast": verifier_hash(package_dir)}
+            "envs_fast": source_hashes(package_dir)}
 
 
 def _field(environment: dict | None, name: str, current):
@@ -182,8 +212,7 @@ def key_inputs(spec: str, env_id: str, kind: str = "verdict", environment: dict 
     a GPU)."""
     inputs = {"backend": backend_identity(spec, env_id, environment), "env_id": env_id,
               "versions": _field(environment, "versions", package_versions),
-              "python": _field(environment, "python", interpreter),
-              "envs_fast": _field(environment, "envs_fast", verifier_hash)}
+              "python": _field(environment, "python", interpreter)}
     here = _field(environment, "machine", machine)
     if kind == "bench":
         inputs["machine"] = bench_machine(here)
@@ -223,25 +252,30 @@ def _read(path: Path) -> dict | None:
 
 def store_verdict(spec: str, env_id: str, levels: list[int], passed: bool, summary: str) -> None:
     _write(_path("verdict", spec, env_id), {"spec": spec, "env_id": env_id, "levels": sorted(levels),
-                                           "passed": passed, "summary": summary, "time": time.time()})
+                                           "passed": passed, "summary": summary, "time": time.time(),
+                                           "sources": loaded_sources()})
 
 
 def cached_verdict(spec: str, env_id: str, environment: dict | None = None) -> dict | None:
     """The verdict of `spec` as a process in `environment` (None: this one) would find it."""
-    return _read(_path("verdict", spec, env_id, environment))
+    record = _read(_path("verdict", spec, env_id, environment))
+    return record if holds(record, environment) else None
 
 
 def store_throughput(spec: str, env_id: str, num_envs: int, adapter_sps: float) -> None:
     path = _path("bench", spec, env_id)
-    record = _read(path) or {"spec": spec, "env_id": env_id, "adapter_sps": {}, "machine": machine()}
+    record = _read(path)
+    if not holds(record):  # measured with other code: its figures go with it
+        record = {"spec": spec, "env_id": env_id, "adapter_sps": {}, "machine": machine(), "sources": {}}
     record["adapter_sps"][str(num_envs)] = adapter_sps
+    record["sources"] = {**record["sources"], **loaded_sources()}
     _write(path, record)
 
 
 def cached_throughput(spec: str, env_id: str, num_envs: int, environment: dict | None = None) -> float | None:
     """Adapter SPS measured at the num_envs closest to the requested one, if any was measured."""
     record = _read(_path("bench", spec, env_id, environment))
-    if not record or not record.get("adapter_sps"):
+    if not holds(record, environment) or not record.get("adapter_sps"):
         return None
     nearest = min(record["adapter_sps"], key=lambda n: abs(int(n) - num_envs))
     return float(record["adapter_sps"][nearest])

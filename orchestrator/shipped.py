@@ -191,14 +191,19 @@ def _verify_all(backends: list[Shipped], config: RunConfig, runner: Runner, user
                 stage: Stage) -> bool:
     """Each backend's verdict, from the run's cache, the user cache, or the verifier (several at
     once). False when a verification was interrupted."""
-    from envs_fast.cache import record_name
+    from envs_fast.cache import changed_sources, record_name
 
     todo, where = [], runner.record_environment()  # records are named as training's processes name them
     for backend in backends:
         name = record_name("verdict", backend.local, config.env_id, where)
         ours = (user.run_cache / name).is_file()  # a resumed setup's own verdict (or the run's, for transfer)
-        if ours or user.lend(name):
-            record = read_json(user.run_cache / name)
+        record = read_json(user.run_cache / name) if ours or user.lend(name) else None
+        changed = changed_sources(record, where) if record else []
+        if changed:  # made by an envs_fast edited since in a module its verification imported
+            log.info("%s: %s: verified again: envs_fast's %s changed since its verdict", stage.name, backend.spec,
+                     ", ".join(changed[:4]))
+            record = None
+        if record is not None:
             backend.passed = bool(record.get("passed"))
             when = (stage.before or stage.when) if ours else "by an earlier run (user cache)"
             if backend.passed:
@@ -299,13 +304,13 @@ def _bench_all(backends: list[Shipped], config: RunConfig, runner: Runner, user:
     cache when an earlier run on this machine measured the same content with the same train.py
     constants, else all the others measured side by side in one process (their figures under one
     load, in interleaved rounds: half of --bench-seconds per figure is enough for that)."""
-    from envs_fast.cache import record_name
+    from envs_fast.cache import holds, record_name
 
     todo, environment = [], runner.record_environment()
     for backend in backends:
         name = record_name("bench", backend.local, config.env_id, environment)
         figures = user.read(figures_name(name), where)
-        if figures and user.lend(name, where):
+        if figures and user.lend(name, where) and holds(read_json(user.run_cache / name), environment):
             backend.figures = figures
         else:
             todo.append((backend, name))

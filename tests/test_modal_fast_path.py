@@ -126,7 +126,7 @@ def test_a_run_whose_envs_fast_is_not_the_images_still_trains_on_what_it_verifie
     edited since the image was built, runs another. The containers key their records by the commit's
     envs_fast and the daemon names them so: the verdict merges into the run's cache and training takes
     the fast path (named by the image's, nothing merged and training silently took the host path)."""
-    from envs_fast.cache import verifier_hash
+    from envs_fast.cache import source_hashes
     from orchestrator.results import ExpFolder
     from orchestrator.runners.base import Slot
     from tests.test_modal_runner import OneRunner
@@ -135,8 +135,8 @@ def test_a_run_whose_envs_fast_is_not_the_images_still_trains_on_what_it_verifie
     r = OneRunner(autorl_repo, tmp_path / "r", (AUTORL_ROOT / "candidate" / "train.py").read_text(),
                   files={"envs_fast/stats.py": stats})
     try:
-        run_envs_fast = verifier_hash(r.runner.workspace.path / "envs_fast")
-        assert run_envs_fast != verifier_hash()   # the fake's containers import this checkout's, as an image would
+        run_envs_fast = source_hashes(r.runner.workspace.path / "envs_fast")
+        assert run_envs_fast != source_hashes()   # the fake's containers import this checkout's, as an image would
         setup = Slot(0, ExpFolder(r.folder.path / "setup"), "setup")
         assert r.runner.environment(setup)["envs_fast"] == run_envs_fast
         outcome = r.runner.verify(setup, r.commit, "envs_fast/cartpole_v1.py", 1)

@@ -49,13 +49,16 @@ def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(run_cache
     # a JAX translation's verdict holds for the accelerator it was reached on only
     here = cache.machine()
     fresh_after(lambda m: m.setattr(cache, "machine", lambda: {**here, "gpus": "NVIDIA H100 80GB HBM3"}))
-    # a module that decides verdicts (the report, the gate, ...) edited: its own copy of envs_fast
+    # a module that decides verdicts (the report, the gate, ...) edited: its own copy of envs_fast. The
+    # record lists the modules its writer had imported: these four are, here
+    import envs_fast.gate, envs_fast.report, envs_fast.throughput, envs_fast.verify.interactions  # noqa: E401, F401
+
+    cache.store_verdict(str(translation), ENV, [1, 2, 3], True, "passed")
     package = tmp_path / "envs_fast"
     shutil.copytree(cache.PACKAGE_DIR, package, ignore=shutil.ignore_patterns("__pycache__"))
-
     with monkeypatch.context() as m:
         m.setattr(cache, "PACKAGE_DIR", package)
-        assert cache.cached_verdict(str(translation), ENV) is not None   # the same sources: the same key
+        assert cache.cached_verdict(str(translation), ENV) is not None   # the same sources: it holds
         for module in ("report.py", "gate.py", "throughput.py", "verify/interactions.py"):
             original = (package / module).read_text()
             (package / module).write_text(original + "\n# changed\n")
@@ -66,6 +69,55 @@ def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(run_cache
         m.setattr(cache, "PACKAGE_DIR", package)
         (package / "pendulum_v1.py").write_text((package / "pendulum_v1.py").read_text() + "\n# changed\n")
         assert cache.cached_verdict(str(translation), ENV) is not None
+
+
+def test_a_record_without_its_sources_does_not_hold(run_cache, tmp_path):
+    """A record written before records listed their modules (or one a process forged bare) checks
+    nothing, so it applies to nothing."""
+    cache.store_verdict("reference", ENV, [1, 2, 3], True, "passed")
+    path = next(run_cache.glob("verdict-*.json"))
+    record = json.loads(path.read_text())
+    assert record["sources"] and cache.cached_verdict("reference", ENV) is not None
+    path.write_text(json.dumps({**record, "sources": {}}))
+    assert cache.cached_verdict("reference", ENV) is None
+    del record["sources"]
+    path.write_text(json.dumps(record))
+    assert cache.cached_verdict("reference", ENV) is None
+
+
+def test_a_verdict_depends_on_what_its_verification_imported_and_nothing_else(tmp_path):
+    """The real verifier on the Rust CartPole port, in a process of its own over a copy of envs_fast:
+    its verdict lists the verifier and the Rust loader and survives an edit to the MJX engine or the
+    MuJoCo batch backend, which its verification never imports; an edit to the verifier's L2 or to the
+    Rust loader asks for a fresh verification."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "checkout"
+    shutil.copytree(cache.PACKAGE_DIR, root / "envs_fast", ignore=shutil.ignore_patterns("__pycache__"))
+    records = tmp_path / "verify-cache"
+    spec = str(root / "envs_fast" / "cartpole_v1.rs")
+    proc = subprocess.run([sys.executable, "-m", "envs_fast.verify", "--env", ENV, "--backend", spec,
+                           "--episodes", "50", "--horizon", "100"], cwd=root, capture_output=True, text=True,
+                          env={**__import__("os").environ, "PYTHONPATH": str(root), cache.CACHE_ENV_VAR: str(records)},
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (written,) = [json.loads(p.read_text()) for p in records.glob("verdict-*.json")]
+    assert written["passed"] and {"verify/interactions.py", "rust_backend.py", "cache.py"} <= set(written["sources"])
+    assert not {"mjx_c_engine.py", "mjx_backend.py", "mujoco_batch.py", "envpool_backend.py"} & set(written["sources"])
+
+    def found() -> bool:
+        environment = cache.environment(root / "envs_fast")
+        with cache.reading_from(records):
+            return cache.cached_verdict(spec, ENV, environment) is not None
+
+    assert found()
+    for module, holds in (("mjx_c_engine.py", True), ("mujoco_batch.py", True), ("verify/interactions.py", False),
+                          ("rust_backend.py", False)):
+        original = (root / "envs_fast" / module).read_text()
+        (root / "envs_fast" / module).write_text(original + "\n# changed\n")
+        assert found() is holds, module
+        (root / "envs_fast" / module).write_text(original)
 
 
 def test_a_translations_verdict_depends_on_its_sync_companion(run_cache, tmp_path):

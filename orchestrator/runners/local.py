@@ -348,10 +348,10 @@ class LocalRunner:
         """This machine, and the envs_fast the run's processes import: the run's worktree's, which
         may differ from this daemon's checkout (a night --from an older commit, a checkout edited
         since); a run's experiments cannot change it (they edit train.py or a translation)."""
-        from envs_fast.cache import verifier_hash
+        from envs_fast.cache import source_hashes
 
         package = self.workspace.path / "envs_fast"
-        return {"envs_fast": verifier_hash(package)} if package.is_dir() else None
+        return {"envs_fast": source_hashes(package)} if package.is_dir() else None
 
     def unbilled_usd(self, seconds: float) -> float:
         return 0.0  # the user's own machine

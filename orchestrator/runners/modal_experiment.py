@@ -178,8 +178,13 @@ def environment_change(before: dict, now: dict) -> str:
     for key, label in (("python", "python"), ("rustc", "rustc")):
         if before.get(key) != now.get(key):
             changes.append(f"{label} {before.get(key)} -> {now.get(key)}")
-    if before.get("envs_fast") != now.get("envs_fast"):
-        changes.append(f"envs_fast's source {str(before.get('envs_fast'))[:12]} -> {str(now.get('envs_fast'))[:12]}")
+    old_sources, new_sources = before.get("envs_fast") or {}, now.get("envs_fast") or {}
+    if old_sources != new_sources:
+        if isinstance(old_sources, dict) and isinstance(new_sources, dict):
+            edited = sorted(n for n in set(old_sources) | set(new_sources) if old_sources.get(n) != new_sources.get(n))
+            changes.append("envs_fast's " + ", ".join(edited[:4]) + (f" and {len(edited) - 4} more" if len(edited) > 4 else ""))
+        else:  # an environment recorded before modules were listed one by one
+            changes.append("envs_fast's source")
     gpus = [(e.get("machine") or {}).get("gpus", "") for e in (before, now)]
     if gpus[0] != gpus[1]:
         changes.append(f"GPU {gpus[0] or 'none'} -> {gpus[1] or 'none'}")
