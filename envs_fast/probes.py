@@ -4,7 +4,6 @@ outward from real states and bisecting where the reference's termination flips."
 from __future__ import annotations
 
 import math
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -16,12 +15,12 @@ import numpy as np
 from envs_fast.protocol import BatchedBackend, FunctionalBackend
 
 
-# A boundary search stops where one reference sample (a step and its two sensitivity steps) takes longer:
-# a pathological state (a wrap loop over a huge angle) would otherwise cost minutes. At 50 ms it also
-# stopped on a busy machine where a quiet one went on (Box2D stepping a body written metres from its
-# joints, with hundreds of broad-phase pairs), so which states L2 compared, and its verdict, depended on
-# the machine's load.
-SLOW_STEP = 1.0
+# A boundary search is bounded by counts alone (components, doublings, flips, bisections, and values
+# within `reach` of what rollouts visit), never by the clock: it once stopped where one reference sample
+# took over 50 ms, then 1 s, and on a busy machine (Box2D stepping a body written metres from its
+# joints, with hundreds of broad-phase pairs) it checked fewer states than on a quiet one, so L2's
+# states, and once its verdict, depended on the machine's load. Its worst case is a bounded number of
+# reference steps, each bounded by the values it writes.
 SENSITIVITY_STEP = 2.0**-20  # relative: 8 float32 roundings
 
 
@@ -249,22 +248,18 @@ def collect_boundary_samples(stepper: ReferenceStepper, base_states: list, sprea
                             value = int(round(value))
                         state = _replace_component(base, leaf_index, element, value)
                         origin = f"boundary search: {name} = {value:.6g} from base state {base_index}"
-                        began = time.perf_counter()
                         s = stepper.sample(state, first_action, origin)
                         if s is None:
                             break
-                        slow = time.perf_counter() - began > SLOW_STEP  # e.g. a wrap loop over a huge angle
                         samples.append(s)
-                        if previous_terminated is not None and s.terminated != previous_terminated and not integral \
-                                and not slow:
+                        if previous_terminated is not None and s.terminated != previous_terminated and not integral:
                             samples.extend(_bisect_flip(stepper, base, leaf_index, element, name, previous_value,
-                                                        value, previous_terminated, first_action, actions, scale))
+                                                        value, previous_terminated, first_action, actions, scale,
+                                                        bisections))
                             flips += 1
                             if flips >= 2:
                                 break
                         previous_value, previous_terminated = value, s.terminated
-                        if slow:
-                            break
     return samples
 
 
@@ -272,9 +267,8 @@ def _bisect_flip(stepper, base, leaf_index, element, name, inside, outside, insi
                  first_action, actions, scale, iterations: int = 40) -> list[Sample]:
     for _ in range(iterations):
         middle = 0.5 * (inside + outside)
-        began = time.perf_counter()
         s = stepper.sample(_replace_component(base, leaf_index, element, middle), first_action, "", sensitivity=False)
-        if s is None or time.perf_counter() - began > SLOW_STEP:
+        if s is None:
             return []
         if s.terminated == inside_terminated:
             inside = middle

@@ -393,3 +393,36 @@ def test_the_report_of_l1_to_l3_is_told_before_l4_starts():
     before = [line[len("before L4: "):] for line in told if line.startswith("before L4: ")]
     assert before[0].startswith("verify CartPole-v1 with backend") and "L3 rollouts: PASS" in before
     assert any("step from rollout states" in line for line in before)  # the checks, not only the verdict
+
+
+def test_the_boundary_search_checks_the_same_states_however_slow_the_machine(monkeypatch):
+    """L2's coverage is counted, not timed: a machine on which every reference step looks slow (here the
+    clock jumps 5 s at each reading) searches exactly the states a quiet one does, flips bisected
+    included. Stopping at a slow step once made which states L2 compared, and a verdict, depend on load."""
+    import time
+
+    import envs_fast.cartpole_v1 as port
+    from envs_fast.probes import ReferenceStepper, collect_boundary_samples, flat_values, probe_actions
+
+    def search() -> list[str]:
+        stepper = ReferenceStepper("CartPole-v1", port)
+        try:
+            bases = [stepper.reset(seed) for seed in (0, 1)]
+            values = np.stack([flat_values(state) for state in bases])
+            samples = collect_boundary_samples(stepper, bases, np.std(values, axis=0) + 0.05,
+                                               np.max(np.abs(values), axis=0) + 0.2,
+                                               probe_actions(stepper.env.action_space, np.random.default_rng(0)))
+        finally:
+            stepper.close()
+        return [sample.origin for sample in samples]
+
+    quiet = search()
+    assert any(origin.startswith("termination boundary of") for origin in quiet)   # it found and bisected flips
+    clock = [time.perf_counter()]
+
+    def slow_clock() -> float:
+        clock[0] += 5.0
+        return clock[0]
+
+    monkeypatch.setattr(time, "perf_counter", slow_clock)
+    assert search() == quiet
