@@ -51,7 +51,7 @@ from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # envs_fast the package, not bench/envs_fast.py beside this script
+sys.path.insert(0, str(REPO))
 
 from bipedal_training import checkout  # noqa: E402
 from gpu_locking import GpuLock, Pausable  # noqa: E402

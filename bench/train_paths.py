@@ -46,7 +46,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # envs_fast the package, not bench/envs_fast.py beside this script
+sys.path.insert(0, str(REPO))
 TRAIN = REPO / "candidate" / "train.py"
 DEFAULT_ENVS = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1")
 

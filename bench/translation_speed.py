@@ -1,7 +1,7 @@
 """Throughput of every shipped JAX translation against its gymnasium reference, with the targets
 of issue 4 (CartPole-v1 >= 300x one gymnasium env, every translation >= 30x).
 
-    .venv/bin/python bench/envs_fast.py [--seconds 3] [--num-envs 65536] [--json FILE]
+    .venv/bin/python bench/translation_speed.py [--seconds 3] [--num-envs 65536] [--json FILE]
 """
 import argparse
 import json
