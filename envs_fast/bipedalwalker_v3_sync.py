@@ -87,7 +87,34 @@ def _bodies(u):
 
 
 def _aabb(box) -> tuple:
-    return (F32(box.lowerBound[0]), F32(box.lowerBound[1]), F32(box.upperBound[0]), F32(box.upperBound[1]))
+    """A b2AABB as 4 Python floats: Box2D's float32 values, exactly (comparing them needs no numpy scalars,
+    the sync's costliest part when it read every tree node that way)."""
+    lower, upper = box.lowerBound, box.upperBound
+    return (lower[0], lower[1], upper[0], upper[1])
+
+
+def _fat(tight: tuple) -> tuple:
+    """A tight AABB widened by b2_aabbExtension in float32, as b2BroadPhase::CreateProxy computes it."""
+    return (float(F32(tight[0]) - AABB_EXTENSION), float(F32(tight[1]) - AABB_EXTENSION),
+            float(F32(tight[2]) + AABB_EXTENSION), float(F32(tight[3]) + AABB_EXTENSION))
+
+
+def _edge_proxies(u, nodes: dict) -> list:
+    """Each terrain segment's proxy id: the node whose fat AABB equals the edge's. Static edges never
+    move, so a terrain's ids hold until the terrain is replaced (reset, or a write): kept beside the
+    terrain list they belong to."""
+    kept = getattr(u, "_autorl_edge_proxies", None)
+    if kept is not None and kept[0] is u.terrain:
+        return kept[1]
+    by_box: dict = {}
+    for node, box in nodes.items():
+        by_box.setdefault(box, []).append(node)
+    edge_ids = [0] * EDGES
+    order = _edge_index(u)
+    for body in u.terrain:
+        edge_ids[order[id(body)]] = by_box.get(_fat(_aabb(body.fixtures[0].GetAABB(0))), [-1])[0]
+    u._autorl_edge_proxies = (u.terrain, edge_ids)
+    return edge_ids
 
 
 def _node_capacity(broad_phase) -> int:
@@ -138,6 +165,28 @@ def _matchings(candidates: list, chosen: tuple = ()):
             yield from _matchings(candidates, chosen + (node,))
 
 
+def _walker_proxies(bp, bodies: list, nodes: dict, edges: set) -> list:
+    """The walker bodies' proxy ids when some are not known: the leaves (not an edge's) whose fat AABB
+    contains the body's swept AABB; the only assignment if just one exists (then kept on the bodies),
+    else the one with the least total area."""
+    leaf: dict = {}
+    candidates = []
+    for body in bodies:
+        tight = _aabb(body.fixtures[0].GetAABB(0))
+        fits = [node for node, box in nodes.items() if node not in edges and _contains(box, tight)]
+        for node in fits:
+            if node not in leaf:
+                leaf[node] = _is_leaf(bp, node)
+        fits = [node for node in fits if leaf[node]]
+        candidates.append(fits)
+    area = lambda node: (nodes[node][2] - nodes[node][0]) * (nodes[node][3] - nodes[node][1])  # noqa: E731
+    found = list(_matchings(candidates))
+    if len(found) == 1:
+        for body, node in zip(bodies, found[0]):
+            body._autorl_proxy = node
+    return list(min(found, key=lambda m: sum(area(n) for n in m))) if found else [-1] * len(bodies)
+
+
 def proxies(u):
     """(edge proxy ids in segment order, the 5 walker bodies' (proxy id, fat AABB)). Read only.
 
@@ -147,38 +196,17 @@ def proxies(u):
     assignment if just one exists, else the one with the least total area (legs in the same place
     can be told apart no other way without moving them)."""
     bp = u.world.contactManager.broadPhase
-    nodes = {node: _aabb(bp.GetFatAABB(node)) for node in range(_node_capacity(bp))}
-    by_box: dict = {}
-    for node, box in nodes.items():
-        by_box.setdefault(box, []).append(node)
-    edge_ids = [0] * EDGES
-    order = _edge_index(u)
-    for body in u.terrain:
-        tight = _aabb(body.fixtures[0].GetAABB(0))
-        fat = (tight[0] - AABB_EXTENSION, tight[1] - AABB_EXTENSION, tight[2] + AABB_EXTENSION, tight[3] + AABB_EXTENSION)
-        edge_ids[order[id(body)]] = by_box.get(fat, [-1])[0]
-    edges = set(edge_ids)
     bodies = _bodies(u)
     known = [getattr(body, "_autorl_proxy", None) for body in bodies]
-    if all(k is not None for k in known):
-        ids = known
+    kept = getattr(u, "_autorl_edge_proxies", None)
+    if all(k is not None for k in known) and kept is not None and kept[0] is u.terrain:
+        # every id known (proxy ids are stable: b2DynamicTree::MoveProxy keeps a leaf's): read their nodes only
+        edge_ids, ids = kept[1], known
+        nodes = {node: _aabb(bp.GetFatAABB(node)) for node in ids if node >= 0}
     else:
-        leaf: dict = {}
-        candidates = []
-        for body in bodies:
-            tight = _aabb(body.fixtures[0].GetAABB(0))
-            fits = [node for node, box in nodes.items() if node not in edges and _contains(box, tight)]
-            for node in fits:
-                if node not in leaf:
-                    leaf[node] = _is_leaf(bp, node)
-            fits = [node for node in fits if leaf[node]]
-            candidates.append(fits)
-        area = lambda node: (float(nodes[node][2]) - float(nodes[node][0])) * (float(nodes[node][3]) - float(nodes[node][1]))  # noqa: E731
-        found = list(_matchings(candidates))
-        if len(found) == 1:
-            for body, node in zip(bodies, found[0]):
-                body._autorl_proxy = node
-        ids = list(min(found, key=lambda m: sum(area(n) for n in m))) if found else [-1] * len(bodies)
+        nodes = {node: _aabb(bp.GetFatAABB(node)) for node in range(_node_capacity(bp))}
+        edge_ids = _edge_proxies(u, nodes)
+        ids = known if all(k is not None for k in known) else _walker_proxies(bp, bodies, nodes, set(edge_ids))
     walker = []
     for body, node in zip(bodies, ids):
         box = nodes[node] if node >= 0 else _aabb(body.fixtures[0].GetAABB(0))
@@ -301,15 +329,16 @@ def state_to_reference(state, env) -> None:
     # leg's, and the port orders its new pairs by a wrong id. Bodies with the same fat AABB (legs in
     # the same pose) take the leaves in creation order, which in a fresh tree is id order.
     bp = world.contactManager.broadPhase
+    nodes = {node: _aabb(bp.GetFatAABB(node)) for node in range(_node_capacity(bp))}
     by_box = {}
-    for node in range(_node_capacity(bp)):
-        by_box.setdefault(_aabb(bp.GetFatAABB(node)), []).append(node)
+    for node, box in nodes.items():
+        by_box.setdefault(box, []).append(node)
+    _edge_proxies(u, nodes)  # the new terrain's, for every read until the next write
     walker_bodies = _bodies(u)
     taken = set()
     for body in walker_bodies:
-        tight = _aabb(body.fixtures[0].GetAABB(0))
-        fat = (tight[0] - AABB_EXTENSION, tight[1] - AABB_EXTENSION, tight[2] + AABB_EXTENSION, tight[3] + AABB_EXTENSION)
-        leaves = [node for node in by_box.get(fat, []) if node not in taken and _is_leaf(bp, node)]
+        leaves = [node for node in by_box.get(_fat(_aabb(body.fixtures[0].GetAABB(0))), [])
+                  if node not in taken and _is_leaf(bp, node)]
         body._autorl_proxy = leaves[0] if leaves else -1
         taken.add(body._autorl_proxy)
     world.contactManager.FindNewContacts()
