@@ -117,6 +117,25 @@ def user_verify_cache(tmp_path_factory, worker_id):
 
 
 @pytest.fixture
+def private_cache(tmp_path, monkeypatch) -> Path:
+    """A verdict cache of this test's own ($AUTORL_VERIFY_CACHE): no test reads another's verdicts or
+    builds into the repository's. A module takes it for every test with
+    `pytestmark = pytest.mark.usefixtures("private_cache")`."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(folder))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def module_private_cache(tmp_path_factory) -> Path:
+    """One verdict cache for a whole module: its Rust libraries built once, its ports verified once."""
+    folder = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("AUTORL_VERIFY_CACHE", str(folder))
+        yield folder
+
+
+@pytest.fixture
 def autorl_repo(tmp_path):
     """Factory: autorl_repo(train_py=None, files=None) -> path of a committed temp checkout."""
     def make(train_py: str | None = None, files: dict[str, str] | None = None, name: str = "checkout") -> Path:

@@ -22,7 +22,8 @@ from envs_fast.rust_backend import load_rust  # noqa: E402
 from envs_fast.rust_build import rustc_available  # noqa: E402
 from envs_fast import bipedalwalker_v3_sync as sync  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
+pytestmark = [pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH"),
+              pytest.mark.usefixtures("module_private_cache")]
 
 ENV_ID = "BipedalWalker-v3"
 SOURCE = "envs_fast/bipedalwalker_v3.rs"
@@ -34,15 +35,8 @@ OBS_TOLERANCE = 1e-5
 REWARD_TOLERANCE = 1e-4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
-
-
 @pytest.fixture(scope="module")
-def port(private_cache):
+def port(module_private_cache):
     backend = load_rust(SOURCE, ENV_ID)
     lib = backend.library
     lib.autorl_bw_manifold.argtypes = [F32P, ctypes.c_size_t, F32P, F64P]

@@ -16,6 +16,8 @@ from envs_fast import bipedalwalker_v3_sync as sync  # noqa: E402
 from envs_fast.rust_build import rustc_available  # noqa: E402
 from envs_fast.verify import Settings, verify  # noqa: E402
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
 REPO = Path(__file__).resolve().parent.parent
 ENV_ID = "BipedalWalker-v3"
 SOURCE = REPO / "envs_fast" / "bipedalwalker_v3.rs"
@@ -23,11 +25,6 @@ needs_rustc = pytest.mark.skipif(not rustc_available(), reason="rustc not found 
 # Small enough for the suite (a few hundred L2 states; the full run is bench/results/bipedalwalker-verify-*).
 QUICK = Settings(reset_samples=150, state_reset_samples=120, l2_target=100, l2_policy_steps=10, rollout_steps=30,
                  l3_trajectories=8, statistics_episodes=12)
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
 
 
 def test_declared_kinds_of_state_occur_under_the_declared_policies():

@@ -14,12 +14,9 @@ from envs_fast import cache
 from envs_fast.backend import BackendError
 from envs_fast.bench import bench, main as bench_main
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
 
 
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "MountainCarContinuous-v0"])

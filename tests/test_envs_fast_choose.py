@@ -16,15 +16,12 @@ from envs_fast.envpool_backend import EnvpoolVectorEnv
 from envs_fast.vector import JaxVectorEnv
 from envs_fast.verify import Settings, verify
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "envs_fast" / "cartpole_v1.py"
 QUICK = Settings(reset_samples=300, l2_target=600, l3_trajectories=8, rollout_steps=120)
 ENV = "CartPole-v1"  # envpool has it, gymnax has it, a translation ships for it
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
 
 
 @pytest.fixture

@@ -22,23 +22,16 @@ from envs_fast.rust_build import build, rustc_available
 from envs_fast.rust_vector import RustVectorEnv
 from envs_fast.verify import main as verify_main
 
-pytestmark = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
+pytestmark = [pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH"),
+              pytest.mark.usefixtures("module_private_cache")]
 
 ENVS_FAST = Path(__file__).resolve().parent.parent / "envs_fast"
 EXAMPLES = {"CartPole-v1": ENVS_FAST / "cartpole_v1.rs", "Acrobot-v1": ENVS_FAST / "acrobot_v1.rs"}
 TOLERANCE = 1e-9
 
 
-@pytest.fixture(scope="module", autouse=True)
-def private_cache(tmp_path_factory):
-    """Every library of this module is built into a temporary cache, never into the repository."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path_factory.mktemp("cache")))
-        yield
-
-
 @pytest.fixture(scope="module")
-def backends(private_cache):
+def backends(module_private_cache):
     return {env_id: load_rust(path, env_id) for env_id, path in EXAMPLES.items()}
 
 

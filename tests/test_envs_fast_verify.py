@@ -11,15 +11,12 @@ import pytest
 from envs_fast.backend import BackendError
 from envs_fast.verify import Settings, main, verify
 
+pytestmark = pytest.mark.usefixtures("private_cache")
+
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "MountainCarContinuous-v0", "Pendulum-v1"]
 # Smaller than the CLI defaults so the suite stays within its time budget; still thousands of steps.
 QUICK = Settings(reset_samples=300, l2_target=800, l3_trajectories=10, rollout_steps=150)
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
 
 
 @pytest.mark.parametrize("env_id", SHIPPED)

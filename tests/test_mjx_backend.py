@@ -4,7 +4,6 @@ agree within a tolerance, not bit for bit (ABSOLUTE, RELATIVE below). Also: an X
 portability lists both engine backends, and choose_backend ranks mjx by its measured speed."""
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 
 import gymnasium as gym
@@ -19,6 +18,8 @@ from envs_fast import cache  # noqa: E402
 from envs_fast.mjx_backend import MjxEnv  # noqa: E402
 from envs_fast.portability import engine_backends, no_port_reason  # noqa: E402
 
+pytestmark = [pytest.mark.usefixtures("private_cache"), pytest.mark.filterwarnings("ignore::UserWarning")]
+
 # float32 against the reference's float64, per element: absolute plus relative to the reference's value
 ABSOLUTE, RELATIVE = 1e-4, 1e-3
 
@@ -26,12 +27,6 @@ ABSOLUTE, RELATIVE = 1e-4, 1e-3
 def within(mine, theirs) -> np.ndarray:
     mine, theirs = np.asarray(mine, np.float64), np.asarray(theirs, np.float64)
     return np.abs(mine - theirs) <= ABSOLUTE + RELATIVE * np.abs(theirs)
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
-    warnings.filterwarnings("ignore", category=UserWarning)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ mjx's float64 twin (the same program under jax_enable_x64) to the reference, and
 float32 backend is from that twin; L1 and L4 run the float32 backend itself."""
 from __future__ import annotations
 
-import warnings
 
 import numpy as np
 import pytest
@@ -16,11 +15,7 @@ from envs_fast.backend import load_batched, load_float64_twin  # noqa: E402
 from envs_fast.verify import verify  # noqa: E402
 from envs_fast.verify.context import Settings  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
-    warnings.filterwarnings("ignore", category=UserWarning)
+pytestmark = [pytest.mark.usefixtures("private_cache"), pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
 def test_l2_and_l3_hold_the_float64_twin_to_the_reference_and_measure_float32_apart():

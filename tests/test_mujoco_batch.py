@@ -4,7 +4,6 @@ tolerance. One step from synced states, reset noise per seed, the VectorEnv's NE
 time limit against gymnasium's own SyncVectorEnv, the spec's plumbing, and the one-line refusal."""
 from __future__ import annotations
 
-import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -18,13 +17,9 @@ from envs_fast.mujoco_batch import RULES, MujocoBatchBackend, make_mujoco_batch_
 from envs_fast.probes import flat_values, numpy_tree  # noqa: E402
 from envs_fast.protocol import BackendError  # noqa: E402
 
+pytestmark = [pytest.mark.usefixtures("private_cache"), pytest.mark.filterwarnings("ignore::UserWarning")]
+
 ENV_IDS = ["HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"]
-
-
-@pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AUTORL_VERIFY_CACHE", str(tmp_path / "cache"))
-    warnings.filterwarnings("ignore", category=UserWarning)
 
 
 @pytest.fixture(scope="module")

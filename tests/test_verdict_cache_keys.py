@@ -14,13 +14,6 @@ from orchestrator.usercache import SIGNATURE, UserCache
 ENV = "CartPole-v1"
 
 
-@pytest.fixture
-def run_cache(tmp_path, monkeypatch):
-    folder = tmp_path / "verify-cache"
-    monkeypatch.setenv(cache.CACHE_ENV_VAR, str(folder))
-    return folder
-
-
 def test_the_decisive_sources_are_every_module_of_envs_fast_but_the_translations():
     names = {p.relative_to(cache.PACKAGE_DIR).as_posix() for p in cache.decisive_sources()}
     # what the review found left out: the report, XLA's options, the gate, the cache, the bench and throughput code
@@ -29,7 +22,7 @@ def test_the_decisive_sources_are_every_module_of_envs_fast_but_the_translations
     assert not {"cartpole_v1.py", "cartpole_v1_sync.py", "pendulum_v1.py", "acrobot_v1_sync.py"} & names
 
 
-def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(run_cache, tmp_path, monkeypatch):
+def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(private_cache, tmp_path, monkeypatch):
     translation = tmp_path / "cartpole_v1.py"
     shutil.copyfile(cache.PACKAGE_DIR / "cartpole_v1.py", translation)
     cache.store_verdict(str(translation), ENV, [1, 2, 3], True, "passed")
@@ -71,11 +64,11 @@ def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(run_cache
         assert cache.cached_verdict(str(translation), ENV) is not None
 
 
-def test_a_record_without_its_sources_does_not_hold(run_cache, tmp_path):
+def test_a_record_without_its_sources_does_not_hold(private_cache, tmp_path):
     """A record written before records listed their modules (or one a process forged bare) checks
     nothing, so it applies to nothing."""
     cache.store_verdict("reference", ENV, [1, 2, 3], True, "passed")
-    path = next(run_cache.glob("verdict-*.json"))
+    path = next(private_cache.glob("verdict-*.json"))
     record = json.loads(path.read_text())
     assert record["sources"] and cache.cached_verdict("reference", ENV) is not None
     path.write_text(json.dumps({**record, "sources": {}}))
@@ -120,7 +113,7 @@ def test_a_verdict_depends_on_what_its_verification_imported_and_nothing_else(tm
         (root / "envs_fast" / module).write_text(original)
 
 
-def test_a_translations_verdict_depends_on_its_sync_companion(run_cache, tmp_path):
+def test_a_translations_verdict_depends_on_its_sync_companion(private_cache, tmp_path):
     """The BipedalWalker JAX port imports its Rust twin's `_sync.py` (state layout, terrain): editing
     that companion asks for a fresh verdict of either translation."""
     for name in ("bipedalwalker_v3.py", "bipedalwalker_v3.rs"):
@@ -136,7 +129,7 @@ def test_a_translations_verdict_depends_on_its_sync_companion(run_cache, tmp_pat
         assert cache.cached_verdict(str(translation), "BipedalWalker-v3") is None, name
 
 
-def test_a_rust_verdict_depends_on_the_compiler(run_cache, monkeypatch):
+def test_a_rust_verdict_depends_on_the_compiler(private_cache, monkeypatch):
     from envs_fast import rust_toolchain
 
     rust = cache.PACKAGE_DIR / "cartpole_v1.rs"
@@ -153,7 +146,7 @@ def test_a_rust_verdict_depends_on_the_compiler(run_cache, monkeypatch):
     assert cache.cached_verdict(str(rust), ENV) is not None
 
 
-def test_records_are_named_as_the_process_that_will_read_them_names_them(run_cache):
+def test_records_are_named_as_the_process_that_will_read_them_names_them(private_cache):
     """The daemon of a Modal run names its records by its containers' environment: the same name a
     container gives them, whatever this machine runs."""
     here = cache.environment()
@@ -166,7 +159,7 @@ def test_records_are_named_as_the_process_that_will_read_them_names_them(run_cac
     assert cache.cached_verdict(spec, ENV, container) is None and cache.cached_verdict(spec, ENV, here) is not None
 
 
-def test_a_throughput_figure_belongs_to_the_machine_it_was_measured_on(run_cache, monkeypatch):
+def test_a_throughput_figure_belongs_to_the_machine_it_was_measured_on(private_cache, monkeypatch):
     cache.store_throughput("reference", ENV, 8, 12345.0)
     assert cache.cached_throughput("reference", ENV, 8) == 12345.0
     here = cache.machine()
@@ -180,7 +173,7 @@ def test_a_throughput_figure_belongs_to_the_machine_it_was_measured_on(run_cache
     assert cache.cached_verdict("reference", ENV) is not None
 
 
-def test_a_gpu_containers_figure_holds_on_any_host_of_that_gpu_type(run_cache, monkeypatch):
+def test_a_gpu_containers_figure_holds_on_any_host_of_that_gpu_type(private_cache, monkeypatch):
     """Modal runs containers of one GPU type on hosts of several CPU models (each reporting the host's
     CPU count): a figure measured in one must be found in the next, or train.py there chooses another
     backend than the run named. It still belongs to its GPU type."""
