@@ -35,8 +35,8 @@ Where this deviates from the Rust port (none of it is an approximation of the ph
 
 VERIFICATION TOLERANCE: the verifier's own, no declaration of this file's. One step from a synced state
 deviates from the reference by float32 roundings (measured over random-action and declared-policy
-states: observations up to ~3e-6, body positions and velocities ~5e-6, joint impulses ~1e-6; figures in
-bench/results/bipedal-jax-2026-11-26.txt, before products were rounded), well inside L2's 1e-5 + 1e-4
+states: observations up to ~3e-6, body positions and velocities ~5e-6, joint impulses ~1e-6, before
+products were rounded; docs/concepts/backends.md), well inside L2's 1e-5 + 1e-4
 |reference| + 125 x the reference's own movement under 8 float32 roundings of the state. L3 compares synced trajectories up to each one's
 predictable horizon (CHAOTIC, from the sync companion), as for the Rust port. A wrong constant is not
 inside it: a motor torque of 78 instead of 80 fails L2 naming the fields (see the figures file).

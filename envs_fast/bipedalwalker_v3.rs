@@ -3107,7 +3107,7 @@ impl Pool {
 /// How long a thread polls for its next message before it sleeps in recv(): a futex wake-up costs
 /// tens of microseconds on this VM, paid twice per call (the job, then its end) against ~450 us of
 /// steps per thread at 16 envs. Polling 200 us, with the tail split (Work::new), stepped 16 envs
-/// 2.4x envpool against 1.7-1.9x sleeping at once, 50 us 2.2x (bench/results/bipedal-port-spin-2026-11-26.txt).
+/// 2.4x envpool against 1.7-1.9x sleeping at once, 50 us 2.2x (docs/concepts/backends.md).
 /// Bounded, so that a worker idle between calls (while a learner runs) gives its core back soon.
 const SPIN: std::time::Duration = std::time::Duration::from_micros(200);
 

@@ -13,9 +13,9 @@ init_qpos) come from that module's `Rules`, read off a gymnasium instance. Unlik
 engine is not the reference's: MJX computes in float32 unless `jax_enable_x64` is set, so steps agree
 within tolerance, not bit for bit. Where MJX's algorithm is not C MuJoCo 4.0's the backend replaces it
 (mjx_c_engine.py): the constraint solve (`c_solve`: C's warm start choice, stopping rules and line search; MJX's own stops
-elsewhere) and capsule contacts (`c_fwd_position`); measured in bench/results/mjx-solver-2026-11-27.txt.
+elsewhere) and capsule contacts (`c_fwd_position`); measured in docs/concepts/backends.md.
 And RK4 on free and ball joints (`c_step`: C 4.0's Runge-Kutta-Munthe-Kaas orientations, its quaternion
-rule; bench/results/mjx-ant-rk4-2026-11-27.txt), with which Ant's float64 steps are C's to 1e-12.
+rule; docs/concepts/backends.md), with which Ant's float64 steps are C's to 1e-12.
 
 State (synced with the reference's MjData): time, qpos, qvel, qacc_warmstart (mjSTATE_FULLPHYSICS
 plus the warm start, for these models) and, for Ant and Humanoid, the derived position the next step's

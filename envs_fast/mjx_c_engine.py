@@ -2,8 +2,7 @@
 C's warm start choice, stopping rules and line search), capsule contacts and their frames
 (`c_fwd_position`), and RK4 on free and ball joints (`c_step`: Runge-Kutta-Munthe-Kaas orientations,
 C's quaternion rule). `c_forward` and `c_step` are mjx.forward and mjx.step with these in place; the
-mjx backend (mjx_backend.py) steps its envs with them. Measured in bench/results/mjx-solver-2026-11-27.txt
-and mjx-ant-rk4-2026-11-27.txt."""
+mjx backend (mjx_backend.py) steps its envs with them. Measured: docs/concepts/backends.md (MJX)."""
 from __future__ import annotations
 
 import collections
@@ -23,8 +22,8 @@ MJ_MINVAL = 1e-15  # mjMINVAL: C's floor for a Cholesky diagonal; below it, C le
 # is; and its line search accepts a point only when it lowers the cost (costs shifted by cost(0)). So
 # from the same state the two solves stop at different points of the same convex problem: both within
 # tolerance of its minimum, yet 1e-4 apart in qacc (a Hopper joint limit: C stops after one iteration
-# whose Newton decrement is 3.3e-10 < 1e-8; MJX takes the second). Measured in
-# bench/results/mjx-solver-2026-11-27.txt. What follows is C's algorithm for the models these envs use
+# whose Newton decrement is 3.3e-10 < 1e-8; MJX takes the second). Measured: docs/concepts/backends.md.
+# What follows is C's algorithm for the models these envs use
 # (Newton solver, pyramidal cones, one kinematic tree, no equality or friction-loss rows), written over
 # MJX's constraint rows (rows of inactive contacts are zero: J = 0 and aref = 0, so they never activate).
 
@@ -52,7 +51,7 @@ def c_solver_covers(model) -> str | None:
 # matrix per env), splits the batch over XLA's intra-op thread pool from inside a pool thread and waits
 # for it (jaxlib's ParallelBatchMap). Two such calls running at once on a 2-thread pool wait for each
 # other forever: HalfCheetah's and Ant's 1000-env steps hung at 0% CPU in lapack_spotrf_ffi
-# (bench/results/mjx-lapack-hang-2026-11-27.txt). So the solve's Hessian is factored here, in plain
+# (docs/concepts/backends.md). So the solve's Hessian is factored here, in plain
 # JAX ops (unrolled over the static size, nv <= a few dozen), by C MuJoCo's own rule; M itself is
 # factored by MJX's sparse LDL (the mjx backend puts its model with a sparse inertia), as C's mj_factorM.
 
@@ -443,7 +442,7 @@ def _rkmk_velocity(m, qvel, offset):
     qvel, whose orientation is the start's rotated by `offset` (the stage's theta = h * its dX), replaced
     by dexp^-1_{-theta}(w) = w + theta x w / 2 + c(|theta|) theta x (theta x w), c(t) = (1 - (t/2) cot(t/2)) / t^2,
     in closed form (its series where the closed form cancels); other dofs as they are. Matches mujoco 4.0.0's
-    mj_step bit for bit on free and ball joints (bench/results/mjx-ant-rk4-2026-11-27.txt)."""
+    mj_step bit for bit on free and ball joints (docs/concepts/backends.md)."""
     import jax.numpy as jnp
 
     rot_v = _joint_indices(m)[5]

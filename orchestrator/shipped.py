@@ -118,7 +118,7 @@ def unverified_rivals(env_id: str, specs: list[str], environment: Optional[dict]
     """What training may use without a verdict and is benchmarked beside `specs`, so that a measured
     figure ranks it (choose_backend: it must be STATISTICAL_MARGIN times as fast as what is verified
     state by state): envpool for the MuJoCo envs an engine backend covers (envpool's MuJoCo build is
-    their close rival: bench/results/mujoco-batch-2026-11-26.txt), unless a cached verdict fails it.
+    their close rival, docs/results/throughput.md), unless a cached verdict fails it.
     Elsewhere a translation outruns envpool by far, and setup leaves it unmeasured."""
     from envs_fast.cache import cached_verdict
     from envs_fast.portability import engine_backends
