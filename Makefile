@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml constraints.txt
 # a short offline night from a start weakened on purpose (the night benchmark's pendulum-gamma), then
 # the start and the best rescored on fresh seeds, and the report (bench/demo.py says what it does)
 demo: install
-	$(PY) bench/demo.py
+	$(PY) -m bench.demo
 
 # one worker per core: most tests wait on real subprocesses (training budgets, timeouts), so two
 # workers on 2 cores halve the wall time; PYTEST_WORKERS=0 runs them in one process. worksteal: a

@@ -1,6 +1,6 @@
 """Train the baseline candidate/train.py and score it with the fixed harness.
 
-    python bench/baseline.py ENV_ID BUDGET [--seed S] [--episodes N] [--eval-seed S]
+    python -m bench.baseline ENV_ID BUDGET [--seed S] [--episodes N] [--eval-seed S]
 
 Prints the training figures (env steps, SPS) and the evaluation figures (mean, se, IQM, min,
 max over N episodes), then one JSON line with all of them."""

@@ -2,14 +2,14 @@
 interleaved rounds (envs_fast.throughput.measure, every figure under the same load), its compile time,
 and how far one of its steps from a synced reference state deviates, per field.
 
-    .venv/bin/python bench/bipedal_jax.py [--seconds 8] [--envs 16,64] [--jax-envs 16,256] [--scan-steps 8]
+    .venv/bin/python -m bench.bipedal_jax [--seconds 8] [--envs 16,64] [--jax-envs 16,256] [--scan-steps 8]
 
 Rows: `port@N` (the Rust port's autorl_step over N envs), `port-jax@N` (a jitted lax.scan of
 --scan-steps random-action steps over N envs, auto-reset and time limit included: envs_fast.throughput's
 jax_runner, what bench's backend_sps times), `gymnasium` (one reference env). Compile time: building a
 port-jax runner (jit of the batched reset and of the scan, and their first call) is timed apart.
 
-    .venv/bin/python bench/bipedal_jax.py --deviation 400 [--seed 0]
+    .venv/bin/python -m bench.bipedal_jax --deviation 400 [--seed 0]
 
 Deviation instead of speed: states from reference episodes under random actions and under each
 declared verification policy (VERIFY_POLICIES), written into the reference and read back; the port
@@ -19,12 +19,10 @@ fraction of the verifier's float tolerance without its sensitivity term (1e-5 + 
 """
 import argparse
 import json
-import sys
 import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from envs_fast.throughput import jax_runner, measure, reference_runner, rust_runner  # noqa: E402
 

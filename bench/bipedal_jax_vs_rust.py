@@ -2,7 +2,7 @@
 states where `verify` told it apart (bench/results/bipedal-jax-verify-2026-11-26.txt), rebuilt the way
 the verifier builds them, and along L3's scripted trajectories.
 
-    .venv/bin/python bench/bipedal_jax_vs_rust.py [--jax-file PATH] [--no-rollout-states] [--no-trajectories]
+    .venv/bin/python -m bench.bipedal_jax_vs_rust [--jax-file PATH] [--no-rollout-states] [--no-trajectories]
 
 - L2 rollout states (the verifier's collect_rollout_samples, seed 0, without its sensitivity probes):
   among them the failing one, "constant action 0, episode seed 2, step 106";
@@ -21,7 +21,6 @@ import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402

@@ -1,20 +1,20 @@
 """Raw steps/s of the Rust BipedalWalker-v3 port side by side with one gymnasium env and envpool,
 measured in interleaved rounds (envs_fast.throughput.measure) so every figure sees the same load.
 
-    .venv/bin/python bench/bipedal_port.py [--seconds 8] [--envs 1,16,64] [--envpool-envs 16]
+    .venv/bin/python -m bench.bipedal_port [--seconds 8] [--envs 1,16,64] [--envpool-envs 16]
 
 Rows: `port@N` (autorl_step over N envs, random actions drawn beforehand, finished envs reset
 through the resets array, no time limit), `gymnasium` (one reference env, env.step with random
 actions, reset on episode end), `envpool@N` (its BipedalWalker-v3, Box2D 2.4.1, synchronous
 vector env, if installed). Prints one line per row and a JSON line with all figures and ratios.
 
-    .venv/bin/python bench/bipedal_port.py --baseline OLD/bipedalwalker_v3.rs [--baseline-flags "-O ..."]
+    .venv/bin/python -m bench.bipedal_port --baseline OLD/bipedalwalker_v3.rs [--baseline-flags "-O ..."]
 
 adds rows `base@N` (same batch sizes) for another copy of the port (its folder needs the sync
 companion), built with `--baseline-flags` instead of rust_build's flags: before and after in one
 interleaved run.
 
-    .venv/bin/python bench/bipedal_port.py --match 2000 [--seed 0]
+    .venv/bin/python -m bench.bipedal_port --match 2000 [--seed 0]
 
 Step-match instead of speed: along real gymnasium rollouts (random actions, then gymnasium's
 heuristic walker; episodes reset as they end) the port steps once from each state synced off the
@@ -23,11 +23,9 @@ the largest observation and reward deviations, per policy.
 """
 import argparse
 import json
-import sys
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from envs_fast.throughput import Runner, measure, reference_runner, rust_runner  # noqa: E402
 

@@ -6,7 +6,7 @@ any backend spec train.py takes). Figures per run: env steps trained in the budg
 with the process: imports, env start-up and JAX's compile count), the training loop's sps, compile
 seconds, updates, and (with --episodes) the artifact's score from evaluate.py.
 
-    .venv/bin/python bench/bipedal_training.py [--budgets 90] [--repeats 1] [--episodes 10] [--seed 1]
+    .venv/bin/python -m bench.bipedal_training [--budgets 90] [--repeats 1] [--episodes 10] [--seed 1]
                                               [--configs jax-host:rust,jax-host:envpool]
                                               [--env BipedalWalker-v3] [--set NUM_ENVS=128 ...]
 
@@ -24,7 +24,7 @@ the newest of envs_fast's last 10 commits that has one for every such backend (t
 and what HEAD changed since); none: the benchmark verifies HEAD's backends itself (--verify) or stops.
 Committed envs_fast, never the working tree's (someone's uncommitted edits would miss).
 
-    .venv/bin/python bench/bipedal_training.py --env HalfCheetah-v5 --budgets 120 --repeats 2 --verify \
+    .venv/bin/python -m bench.bipedal_training --env HalfCheetah-v5 --budgets 120 --repeats 2 --verify \
         --configs jax-host:reference,jax-host:mujoco_batch
 
 (issue 39's target: HalfCheetah's env steps in a 120 s budget on mujoco_batch against gymnasium's vector env.)
@@ -49,7 +49,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 CONFIGS = ("jax-host:rust", "jax-host:envpool")
 END_TO_END = {"jax-host": False, "jax-e2e": True}  # a config's path: how train.py feeds its learner
 TRAIN_COMPANIONS = ("train_plumbing.py", "policy_export.py")  # what this checkout's train.py imports

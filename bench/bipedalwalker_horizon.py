@@ -5,7 +5,7 @@ L3's tolerance (1e-5 + 1e-4 * |reference|) is where a correct port that rounds o
 differently could no longer be told from a wrong one. Also: the reference's episode statistics
 (return, fall rate, length) and its speed, from which L3's episode counts were chosen.
 
-    .venv/bin/python bench/bipedalwalker_horizon.py [--starts 40] [--steps 400] [--episodes 20]
+    .venv/bin/python -m bench.bipedalwalker_horizon [--starts 40] [--steps 400] [--episodes 20]
 
 Start states: step 30 of episodes under random actions and under gymnasium's heuristic walker
 (actions recorded from the unperturbed run and replayed open loop, as L3 replays them on the port),
@@ -13,7 +13,6 @@ and the standing-still schedule from reset (run past termination until the bodie
 """
 import argparse
 import json
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -21,7 +20,6 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from envs_fast import bipedalwalker_v3_sync as sync  # noqa: E402
 

@@ -1,6 +1,6 @@
 """What compiling cost each scored run of a night, baselines and candidates' first runs side by side.
 
-    python bench/compile_cost.py results/<tag> [results/<tag2> ...]
+    python -m bench.compile_cost results/<tag> [results/<tag2> ...]
 
 Reads the `compiled the update in X s` line train.py's jax-e2e path prints into each run's train.log
 (exp-0000/train.log, exp-0000/run-N/, exp-NNNN/ and their confirm*/ folders). Every run compiles

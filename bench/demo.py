@@ -1,6 +1,6 @@
 """`make demo`: a short night from a weakened start, then the start and the night's best rescored.
 
-    python bench/demo.py [--problem pendulum-gamma] [--experiments 2] [--rescore-seeds 2] [--budget S] [--tag TAG]
+    python -m bench.demo [--problem pendulum-gamma] [--experiments 2] [--rescore-seeds 2] [--budget S] [--tag TAG]
 
 The start is weakened on purpose, so that a few minutes of night have something to find: it is one
 of the night benchmark's detuned problems (bench/nights.py; by default `pendulum-gamma`, Pendulum-v1
@@ -29,8 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from nights import PROBLEMS, TRAIN_PY, better, detuned, git, rescore  # noqa: E402  (bench/ is not a package)
+from orchestrator.benchmark.nights import PROBLEMS, TRAIN_PY, better, detuned, git, rescore
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_IDENTITY = ("-c", "user.name=autorl demo", "-c", "user.email=demo@localhost")

@@ -1,6 +1,6 @@
 """How often does `make demo` show a real gain, and how long does it take? Fresh runs, resumable.
 
-    python bench/demo_runs.py [--runs 5] [--out bench/results/demo-runs.tsv] [-- DEMO OPTIONS, e.g. --budget 30]
+    python -m bench.demo_runs [--runs 5] [--out bench/results/demo-runs.tsv] [-- DEMO OPTIONS, e.g. --budget 30]
 
 Each run is the demo (bench/demo.py, what `make demo` runs after `make install`) in a fresh clone of
 this checkout's HEAD with an empty user-level verdict cache, as on a fresh machine: the setup
@@ -44,7 +44,7 @@ def one_run(number: int, demo_args: list[str]) -> dict:
         env = {k: v for k, v in os.environ.items() if not k.startswith("AUTORL_") and k != "ANTHROPIC_API_KEY"}
         env["AUTORL_USER_CACHE"] = str(Path(scratch) / "user-cache")   # a fresh machine's empty cache
         started = time.monotonic()
-        done = subprocess.run([sys.executable, "bench/demo.py", "--tag", f"demo-run-{number}", *demo_args], cwd=clone, env=env,
+        done = subprocess.run([sys.executable, "-m", "bench.demo", "--tag", f"demo-run-{number}", *demo_args], cwd=clone, env=env,
                               capture_output=True, text=True)
         wall = time.monotonic() - started
         verdict_file = clone / "results" / f"demo-run-{number}" / "demo.json"

@@ -1,9 +1,9 @@
 """The fast paths on one GPU, in one command: raw env steps/s, the jax-e2e PPO, BipedalWalker at 120 s,
 and the JAX port's setup verification, written as a table (markdown and JSON) as each figure comes.
 
-    python bench/gpu_table.py OUT_DIR [--deadline 450] [--parts raw,train,verify] [--only ENV,...]  # on the GPU
-    python bench/gpu_table.py OUT_DIR --quick                                        # CPU, tiny sizes (CI)
-    python bench/gpu_table.py --download-wheels .whl                                 # what to carry there
+    python -m bench.gpu_table OUT_DIR [--deadline 450] [--parts raw,train,verify] [--only ENV,...]  # on the GPU
+    python -m bench.gpu_table OUT_DIR --quick                                        # CPU, tiny sizes (CI)
+    python -m bench.gpu_table --download-wheels .whl                                 # what to carry there
 
 What it measures (the full plan; --quick swaps in CartPole/Pendulum at 4 and 16 envs):
 - raw: a jitted lax.scan of random-action steps (envs_fast.throughput.jax_runner: autoreset and time
@@ -27,7 +27,7 @@ script stores: the port's L1-L3 pass on CPU (bench/results/bipedal-jax-l1-l3-574
 carried to this GPU and said so in its row, with this GPU's own verification reported beside it.
 
 XLA_FLAGS and the other variables of the environment reach every process it starts (an experiment with
-XLA's options is `XLA_FLAGS=... python bench/gpu_table.py ...`).
+XLA's options is `XLA_FLAGS=... python -m bench.gpu_table ...`).
 
 Every figure is printed as one line when it is known, and OUT_DIR/gpu_table.json and .md are rewritten
 each time, so a run cut short still leaves what it measured. Nothing starts that cannot end before
@@ -51,12 +51,11 @@ from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
-from bipedal_training import checkout  # noqa: E402
-from gpu_locking import GpuLock, Pausable  # noqa: E402
-from gpu_table_report import BIPEDAL, Table  # noqa: E402
-from train_paths import summary  # noqa: E402
+from bench.bipedal_training import checkout  # noqa: E402
+from bench.gpu_locking import GpuLock, Pausable  # noqa: E402
+from bench.gpu_table_report import BIPEDAL, Table  # noqa: E402
+from bench.train_paths import summary  # noqa: E402
 
 SIZES = (1024, 4096, 16384)
 CPU_VERDICT = "bench/results/bipedal-jax-l1-l3-57457a6-2026-11-27.txt"
@@ -158,7 +157,7 @@ def run_raw(plan: Plan, table: Table, lock_path: Path, deadline: float, logs: Pa
             return
         payload = json.dumps({**row, "lock": str(lock_path), "seconds": plan.raw_seconds, "scan_steps": plan.scan_steps})
         try:
-            proc = subprocess.run([*NICE, sys.executable, __file__, "--raw-worker", payload], cwd=REPO, env=child_env(),
+            proc = subprocess.run([*NICE, sys.executable, "-m", "bench.gpu_table", "--raw-worker", payload], cwd=REPO, env=child_env(),
                                   capture_output=True, text=True, timeout=left)
             result = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else \
                 {"error": f"exit {proc.returncode}: {(proc.stderr.strip().splitlines() or [''])[-1][:200]}"}

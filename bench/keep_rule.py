@@ -2,7 +2,7 @@
 (orchestrator/keep_rule_simulation.py: the incumbent rebuilt from rows and exp folders as on
 resume, TrainPhase.judge_round, decision.json, the rows' order; only the scores are synthetic).
 
-    python bench/keep_rule.py [--trials 4000] [--candidate-sd 1,3,5,8] [--copy-jitter 0,0.01,0.03] [--parallel K] [--workers 2]
+    python -m bench.keep_rule [--trials 4000] [--candidate-sd 1,3,5,8] [--copy-jitter 0,0.01,0.03] [--parallel K] [--workers 2]
 
 1. Null nights by candidate noise: 12 candidates as good as the start, each with a seed-to-seed sd
    R times the start's (R < 1: a noisy start, as a detune that makes training unstable gives, among
@@ -25,7 +25,6 @@ import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator.config import BASELINE_RUNS  # noqa: E402
 from orchestrator.keep_rule_simulation import SimulatedNights, simulate_nights  # noqa: E402

@@ -1,6 +1,6 @@
 """L2 on every shipped port with state sync: the states it compares and the seconds it takes.
 
-    PYTHONPATH=. .venv/bin/python bench/l2_coverage.py --out bench/results/l2-coverage-DATE.jsonl [--only ENV,...]
+    PYTHONPATH=. .venv/bin/python -m bench.l2_coverage --out bench/results/l2-coverage-DATE.jsonl [--only ENV,...]
 
 One line per port (its env, spec, seconds, and per L2 check the states compared), printed and appended
 to --out with the commit of envs_fast it ran on. Run it at two commits (PYTHONPATH at the other's

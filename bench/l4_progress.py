@@ -1,6 +1,6 @@
 """Where a long L4 check stands: each training run kept in its --l4-dir, finished or checkpointed.
 
-    .venv/bin/python bench/l4_progress.py DIR [--out FILE]
+    .venv/bin/python -m bench.l4_progress DIR [--out FILE]
 
 `python -m envs_fast.verify ... --levels 4 --l4-dir DIR` trains for hours (the JAX BipedalWalker port's
 runs: ~3 h each on 2 CPU cores) and resumes where it stopped. This prints, per run folder, its side and
@@ -16,7 +16,6 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root
 import train_plumbing  # noqa: E402  (the checkpoint format train.py writes)
 
 

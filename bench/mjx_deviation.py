@@ -6,7 +6,7 @@ and once with --x64 to tell rounding (gone in float64) from algorithm (stays); -
 constraint solver instead of the backend's C-rule solve (envs_fast/mjx_c_engine.c_solve), to measure what
 that changes:
 
-    .venv/bin/python bench/mjx_deviation.py --env Hopper-v5 [--steps 300] [--x64] [--solver c|mjx] [--reset-every 7]
+    .venv/bin/python -m bench.mjx_deviation --env Hopper-v5 [--steps 300] [--x64] [--solver c|mjx] [--reset-every 7]
 
 Per field, the largest |mjx - reference| and the largest ratio to the verifier's base tolerance
 1e-5 + 1e-4 x |reference| (L2 adds a sensitivity term on top of it).
@@ -14,12 +14,10 @@ Per field, the largest |mjx - reference| and the largest ratio to the verifier's
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:

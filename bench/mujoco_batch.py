@@ -2,20 +2,20 @@
 own vector env and envpool's MuJoCo, measured in interleaved rounds (envs_fast.throughput.measure) so
 every figure sees the same machine load.
 
-    .venv/bin/python bench/mujoco_batch.py [--envs HalfCheetah-v5,Hopper-v5] [--num-envs 16] [--seconds 8]
+    .venv/bin/python -m bench.mujoco_batch [--envs HalfCheetah-v5,Hopper-v5] [--num-envs 16] [--seconds 8]
 
 Rows per env, all at --num-envs envs, each stepping random actions drawn beforehand (the figure times
 the envs, not an action sampler), NEXT_STEP autoreset and the registered time limit included:
 `mujoco_batch` (its VectorEnv; mujoco.batch on every CPU), `mujoco_batch, 1 thread`, `gymnasium`
 (gym.make_vec, SyncVectorEnv) and `envpool` (envpool.make_gymnasium, its own MuJoCo build).
 
-    .venv/bin/python bench/mujoco_batch.py --post-constraint [--envs Ant-v5,Humanoid-v5]
+    .venv/bin/python -m bench.mujoco_batch --post-constraint [--envs Ant-v5,Humanoid-v5]
 
 What exact cfrc_ext costs: mj_step does not compute it, so each stepped Ant/Humanoid simulation is
 copied out of the batch (Batch.get_data) and mj_rnePostConstraint runs on the copy; prints that part's
 microseconds per env step beside the whole step's.
 
-    .venv/bin/python bench/mujoco_batch.py --match 1100 --num-envs 4
+    .venv/bin/python -m bench.mujoco_batch --match 1100 --num-envs 4
 
 Whole trajectories against gymnasium's SyncVectorEnv (same seed, same random actions, autoresets and the
 time limit included): how many vector steps are bit for bit equal.
@@ -27,7 +27,6 @@ import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402

@@ -1,7 +1,7 @@
 """Issue 56's no-regression table: candidate/train.py at two commits (the one-learner train.py and the
 two-learner one before it), side by side, on the default path a night would take.
 
-    .venv/bin/python bench/one_ppo.py --old COMMIT [--new HEAD] [--cases cartpole-3s,pendulum-15s,...]
+    .venv/bin/python -m bench.one_ppo --old COMMIT [--new HEAD] [--cases cartpole-3s,pendulum-15s,...]
                                       [--work DIR] [--out bench/results/one-ppo-DATE.jsonl] [--episodes 100]
                                       [--seeds 7,8,9] [--sides old,new]
 
@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 from orchestrator.artifacts import parse_summary  # noqa: E402  (train.py's summary lines, as the daemon reads them)
 
 EVAL_SEED = 900_000  # far from every training run's resets

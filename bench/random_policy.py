@@ -1,6 +1,6 @@
 """Score a uniformly random policy with the fixed harness: the floor a trained policy must clear.
 
-    python bench/random_policy.py ENV_ID [--episodes 1000] [--seed S] [--policy-seed S]
+    python -m bench.random_policy ENV_ID [--episodes 1000] [--seed S] [--policy-seed S]
 
 The policy is a TorchScript module drawing each action uniformly from the action space (Discrete:
 every action, legal or not; Box: uniform between the bounds), scored by evaluate.evaluate_policy
@@ -17,7 +17,6 @@ from pathlib import Path
 import torch
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 import evaluate  # noqa: E402
 
 

@@ -1,7 +1,7 @@
 """How long the morning report takes to refresh on a long night (the daemon refreshes it after
 every row, so it must stay well under a second or two at 200 rows).
 
-    python bench/report.py [--rows 200] [--repeats 5]
+    python -m bench.report [--rows 200] [--repeats 5]
 
 Builds the synthetic night of tests/test_report.py (every status, diffs, errors), writes the
 report once (imports matplotlib, pandas and scipy as the daemon's first refresh does), then times
@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from orchestrator import report  # noqa: E402
 from tests.test_report import _synthetic_night  # noqa: E402

@@ -1,7 +1,7 @@
 """bench/results/README.md: which results file backs which page of the docs.
 
-    .venv/bin/python bench/results_index.py          # rewrites bench/results/README.md
-    .venv/bin/python bench/results_index.py --check  # exits 1 when it is out of date
+    .venv/bin/python -m bench.results_index          # rewrites bench/results/README.md
+    .venv/bin/python -m bench.results_index --check  # exits 1 when it is out of date
 
 One row per file or folder of bench/results: the pages that cite it (the docs, the READMEs, other
 results) and, for a text file, its first line. A file no page cites is history: a figure a later
@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         current = INDEX.read_text() if INDEX.is_file() else ""
         if current != text:
-            print("bench/results/README.md is out of date: run .venv/bin/python bench/results_index.py", file=sys.stderr)
+            print("bench/results/README.md is out of date: run .venv/bin/python -m bench.results_index", file=sys.stderr)
             return 1
         return 0
     INDEX.write_text(text)

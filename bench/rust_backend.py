@@ -1,7 +1,7 @@
 """Throughput of the Rust backend kind against envpool and JAX, measured side by side (interleaved
 rounds, so that all figures see the same machine load).
 
-    .venv/bin/python bench/rust_backend.py [--env CartPole-v1] [--seconds 3] [--adapter-envs 32] [--raw-envs 65536]
+    .venv/bin/python -m bench.rust_backend [--env CartPole-v1] [--seconds 3] [--adapter-envs 32] [--raw-envs 65536]
 
 Adapter rows: the gymnasium VectorEnv each backend trains through on the host path, stepped with
 random actions drawn beforehand (so the figure is the env and its adapter, not the action sampler).
@@ -15,7 +15,6 @@ import warnings
 from pathlib import Path
 
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from envs_fast.throughput import Runner, jax_runner, measure, rust_runner  # noqa: E402
 from envs_fast.protocol import translation_path  # noqa: E402

@@ -1,6 +1,6 @@
 """Training throughput inside the sandbox against outside it.
 
-    python bench/sandbox.py [--env CartPole-v1] [--budget 20] [--rounds 3] [--seed 1]
+    python -m bench.sandbox [--env CartPole-v1] [--budget 20] [--rounds 3] [--seed 1]
 
 Trains the committed candidate/train.py (a `git archive HEAD` snapshot, as a run's worktree
 would be) for BUDGET seconds, alternately through run_group unwalled and inside the bubblewrap
@@ -22,7 +22,6 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 
 from orchestrator.artifacts import parse_summary  # noqa: E402
 from orchestrator.processes import run_group, scrubbed_env  # noqa: E402

@@ -1,6 +1,6 @@
 """The offline search from the shipped baseline: a real night in miniature on BipedalWalker-v3.
 
-    python bench/search_bipedal.py [--env BipedalWalker-v3] [--budget 60] [--experiments 8]
+    python -m bench.search_bipedal [--env BipedalWalker-v3] [--budget 60] [--experiments 8]
                                    [--tag TAG] [--here] [--keep]
 
 Runs `python -m orchestrator run --env ENV --budget B --max-experiments N --agent optuna` in a
@@ -97,7 +97,7 @@ def null_runs(root: Path, run_dir: Path, args, baseline: float) -> dict:
     eval_seed = json.loads((run_dir / "run.json").read_text())["eval_seed"]
     scores = []
     for seed in range(3, 3 + args.null_runs):
-        done = subprocess.run([sys.executable, "bench/baseline.py", args.env, f"{args.budget:g}", "--seed", str(seed),
+        done = subprocess.run([sys.executable, "-m", "bench.baseline", args.env, f"{args.budget:g}", "--seed", str(seed),
                                "--eval-seed", str(eval_seed)], cwd=root, capture_output=True, text=True)
         if done.returncode != 0:
             print(f"null run seed {seed} failed: {done.stderr.strip()[-300:]}", file=sys.stderr)

@@ -2,7 +2,7 @@
 without a verified translation) and jax-e2e (a verified JAX translation trained end to end under jit),
 per env and budget.
 
-    python bench/train_paths.py [--envs CartPole-v1,Acrobot-v1,Pendulum-v1] [--budgets 10,30] [--seed 1]
+    python -m bench.train_paths [--envs CartPole-v1,Acrobot-v1,Pendulum-v1] [--budgets 10,30] [--seed 1]
                                 [--episodes 100] [--eval-seed 12345] [--bipedal [SECONDS]] [--json FILE]
 
 For each env: its shipped translation envs_fast/<slug>.py is verified (L1-L3) into a private verdict
@@ -23,7 +23,7 @@ random actions instead of the policy, from the training's own env states.
 --bipedal adds BipedalWalker-v3 (no JAX translation ships: a host backend, trained on the jax-host path;
 bench/bipedal_training.py compares its backends), 720 s by default.
 
-    python bench/train_paths.py --against COMMIT [--envs Pendulum-v1] [--budgets 10] [--repeats 3]
+    python -m bench.train_paths --against COMMIT [--envs Pendulum-v1] [--budgets 10] [--repeats 3]
 
 --against compares the jax-host path instead: candidate/train.py as it is against COMMIT's, both in a
 checkout with this evaluate.py and envs_fast/ (so only train.py differs), on the jax-host path (an empty
@@ -46,7 +46,6 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
 TRAIN = REPO / "candidate" / "train.py"
 DEFAULT_ENVS = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1")
 
@@ -99,7 +98,7 @@ def train_and_score(env_id: str, budget: float, cache_dir: Path, out: Path, args
 
 def profile(env_id: str, cache_dir: Path) -> dict:
     env = dict(os.environ, AUTORL_ENV_ID=env_id, AUTORL_VERIFY_CACHE=str(cache_dir))
-    proc = subprocess.run([sys.executable, __file__, "--profile-env", env_id], cwd=REPO, env=env,
+    proc = subprocess.run([sys.executable, "-m", "bench.train_paths", "--profile-env", env_id], cwd=REPO, env=env,
                           capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"profiling {env_id} failed:\n{proc.stderr[-3000:]}")

@@ -1,14 +1,13 @@
 """Throughput of every shipped JAX translation against its gymnasium reference, with the targets
 of issue 4 (CartPole-v1 >= 300x one gymnasium env, every translation >= 30x).
 
-    .venv/bin/python bench/translation_speed.py [--seconds 3] [--num-envs 65536] [--json FILE]
+    .venv/bin/python -m bench.translation_speed [--seconds 3] [--num-envs 65536] [--json FILE]
 """
 import argparse
 import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from envs_fast.bench import DEFAULT_NUM_ENVS, bench  # noqa: E402
 

@@ -73,15 +73,15 @@ def test_every_link_and_picture_in_the_readme_exists():
 def test_the_results_index_names_every_results_file_and_who_cites_it(tmp_path):
     """bench/results/README.md is current: every file there has its row, with the pages citing it; a
     results file added without the index fails (and the index tells how to rewrite it)."""
-    script = ROOT / "bench" / "results_index.py"
-    check = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
+    command = [sys.executable, "-m", "bench.results_index", "--check"]
+    check = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
     assert check.returncode == 0, check.stderr
     index = (ROOT / "bench" / "results" / "README.md").read_text()
     assert "| `one-ppo-2026-11-28.md` | " in index and "| `mujoco-batch-2026-11-26.txt` | docs/results/throughput.md" in index
     stray = ROOT / "bench" / "results" / "zz-unindexed-test-file.txt"
     stray.write_text("# a measurement nobody indexed\n")
     try:
-        check = subprocess.run([sys.executable, str(script), "--check"], capture_output=True, text=True)
-        assert check.returncode == 1 and "results_index.py" in check.stderr
+        check = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+        assert check.returncode == 1 and "bench.results_index" in check.stderr
     finally:
         stray.unlink()

@@ -1,15 +1,13 @@
 """The night benchmark's reading of a night: the full budgets spent until its final best was kept,
-and the drawn-detune target counted from it (bench/nights.py, bench/night_table.py)."""
+and the drawn-detune target counted from it (orchestrator/benchmark: nights.py, night_table.py)."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
-from night_table import TARGET_BUDGETS, NightRow, paired_curves, summarize  # noqa: E402
-from nights import budgets_to_best, full_budget_equivalents  # noqa: E402
+from orchestrator.benchmark.night_table import TARGET_BUDGETS, NightRow, paired_curves, summarize
+from orchestrator.benchmark.nights import budgets_to_best, full_budget_equivalents
 
 
 def _night(run_dir: Path, runs: dict[int, list[str]]) -> None:
@@ -75,7 +73,7 @@ def test_draws_of_two_envs_are_summed_per_env_and_over_both():
 
 
 def test_a_draw_costs_its_mean_gap_in_sigma_pooled_over_both_groups():
-    from drawn_detunes import cost_figures
+    from orchestrator.benchmark.drawn_detunes import cost_figures
 
     # two runs a side: each pair's difference / sqrt 2, pooled (the figures of Pendulum's draw 1)
     two = cost_figures([-601.596, -787.211], [-156.521, -243.785])
@@ -87,7 +85,7 @@ def test_a_draw_costs_its_mean_gap_in_sigma_pooled_over_both_groups():
 
 
 def test_a_discrete_env_is_never_drawn_a_constant_only_continuous_actions_read():
-    from drawn_detunes import drawable
+    from orchestrator.benchmark.drawn_detunes import drawable
 
     continuous = [name for name, _ in drawable("jax-e2e", "Pendulum-v1")]
     discrete = [name for name, _ in drawable("jax-e2e", "Acrobot-v1")]
@@ -100,7 +98,7 @@ def test_a_draw_whose_start_the_daemon_refuses_is_recorded_and_drawn_again(tmp_p
     the benchmark records that draw as refused and goes on to the next, not down with it."""
     from types import SimpleNamespace
 
-    import nights
+    from orchestrator.benchmark import nights
 
     checked = []
 

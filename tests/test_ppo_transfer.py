@@ -160,7 +160,7 @@ def test_the_progress_of_a_long_l4_reads_from_its_run_folders(tmp_path):
 
     train_plumbing.Checkpoint(stopped / "checkpoint").save(
         {"params": np.zeros(8, np.float32)}, (812_345, 99, [(-100.0, 1), (20.0, 1)]))
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "l4_progress.py"), str(tmp_path)],
+    proc = subprocess.run([sys.executable, "-m", "bench.l4_progress", str(tmp_path)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()

@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+REPO = Path(__file__).resolve().parents[2]
 TRAIN_PY = "candidate/train.py"
 
 DRAW_FACTORS = (4, 8, 16)    # how far outside the usual range a drawn detune sits
