@@ -48,9 +48,13 @@ def numpy_tree(tree):
 def _scalars(leaves: list) -> np.ndarray | None:
     """The leaves as one float64 vector when every one is a number (a Rust port's State: a tuple of
     ~1,500 of them, which a leaf-by-leaf loop spent most of L2's time on), else None."""
-    if not leaves or any(np.ndim(leaf) != 0 for leaf in leaves):
+    if not leaves:
         return None
-    return np.asarray(leaves, dtype=np.float64)
+    try:  # one C call; per-leaf checks cost as much as the loop this replaces
+        values = np.asarray(leaves, dtype=np.float64)
+    except (TypeError, ValueError):  # leaves of different shapes
+        return None
+    return values if values.shape == (len(leaves),) else None
 
 
 def field_names(tree) -> list[str]:
@@ -138,10 +142,10 @@ def _outcome_vector(obs, reward, terminated, next_state) -> np.ndarray:
 def perturb_float32(state, signs: np.ndarray, relative: float = 2.0**-23):
     """The state with every float component moved by `relative` (default: one float32 rounding)."""
     leaves, treedef = jax.tree_util.tree_flatten(state)
-    dtypes = {np.asarray(leaf).dtype for leaf in leaves}
-    if len(dtypes) == 1 and next(iter(dtypes)).kind == "f" and _scalars(leaves) is not None:  # all one float type
-        dtype = next(iter(dtypes))
-        moved = (_scalars(leaves) * (1.0 + signs[:len(leaves)] * relative)).astype(dtype)
+    dtypes = {getattr(leaf, "dtype", None) for leaf in leaves}
+    scalars = _scalars(leaves) if len(dtypes) == 1 and None not in dtypes else None
+    if scalars is not None and next(iter(dtypes)).kind == "f":  # numbers of one float type: as one vector
+        moved = (scalars * (1.0 + signs[:len(leaves)] * relative)).astype(next(iter(dtypes)))
         return jax.tree_util.tree_unflatten(treedef, [np.asarray(value) for value in moved])
     out, offset = [], 0
     for leaf in leaves:
