@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from Box2D.b2 import revoluteJointDef, world as b2world
+from Box2D.b2 import bodyDef, revoluteJointDef, staticBody, world as b2world
 from gymnasium.envs.box2d.bipedal_walker import FPS, HULL_FD, LEG_FD, LOWER_FD, TERRAIN_STEP, ContactDetector
 
 TERRAIN_LENGTH = 200
@@ -269,6 +269,31 @@ def _local_centers():
     return [tuple(world.CreateDynamicBody(position=(0, 0), fixtures=fd).localCenter) for fd in (HULL_FD, LEG_FD, LOWER_FD)]
 
 
+def _fresh_leaf(k: int) -> int:
+    """The node id of the k-th proxy created in a fresh b2DynamicTree: AllocateNode takes ids in order
+    from the free list, and InsertLeaf allocates the new leaf's parent right after it (none for the
+    first), so proxy k's leaf is node 2k - 1."""
+    return 0 if k == 0 else 2 * k - 1
+
+
+def _fresh_tree_ids(u, bp, walker_bodies: list) -> bool:
+    """After a write (a fresh world: the terrain's edges created in segment order, one step that moves
+    nothing, then the walker's bodies), every proxy id by allocation order, without reading the tree's
+    ~500 nodes. Checked on the walker's 5 bodies and 3 edges (each must be a leaf holding its body's
+    fat AABB); False, with nothing set, if one is not."""
+    edge_ids = [_fresh_leaf(k) for k in range(EDGES)]
+    walker_ids = [_fresh_leaf(EDGES + b) for b in range(len(walker_bodies))]
+    by_segment = {EDGES - 1 - k: body for k, body in enumerate(u.terrain)}  # u.terrain is reversed
+    checks = [(by_segment[k], edge_ids[k]) for k in (0, EDGES // 2, EDGES - 1)] + list(zip(walker_bodies, walker_ids))
+    for body, node in checks:
+        if _aabb(bp.GetFatAABB(node)) != _fat(_aabb(body.fixtures[0].GetAABB(0))) or not _is_leaf(bp, node):
+            return False
+    u._autorl_edge_proxies = (u.terrain, edge_ids)
+    for body, node in zip(walker_bodies, walker_ids):
+        body._autorl_proxy = node
+    return True
+
+
 def state_to_reference(state, env) -> None:
     """Rebuild the reference's b2World from the state, as gymnasium builds one: terrain edges, then
     the hull, each leg and lower leg with their joints, in its order, in a new world (so proxy ids,
@@ -286,10 +311,12 @@ def state_to_reference(state, env) -> None:
     u.terrain_y = [float(y) for y in s[O_TERRAIN:O_TERRAIN + TERRAIN_LENGTH]]
     u.terrain_x = [i * TERRAIN_STEP for i in range(TERRAIN_LENGTH)]
     u.terrain, u.terrain_poly = [], []
+    static = bodyDef(type=staticBody)  # what CreateStaticBody(fixtures=...) builds for each edge, built once
     for i in range(EDGES):
         poly = [(u.terrain_x[i], u.terrain_y[i]), (u.terrain_x[i + 1], u.terrain_y[i + 1])]
         u.fd_edge.shape.vertices = poly
-        edge = world.CreateStaticBody(fixtures=u.fd_edge)
+        edge = world.CreateBody(static)
+        edge.CreateFixture(u.fd_edge)
         edge.color1 = edge.color2 = (76, 255 if i % 2 == 0 else 204, 76)
         u.terrain.append(edge)
         u.terrain_poly.append((poly + [(poly[1][0], 0), (poly[0][0], 0)], (102, 153, 76)))
@@ -329,18 +356,20 @@ def state_to_reference(state, env) -> None:
     # leg's, and the port orders its new pairs by a wrong id. Bodies with the same fat AABB (legs in
     # the same pose) take the leaves in creation order, which in a fresh tree is id order.
     bp = world.contactManager.broadPhase
-    nodes = {node: _aabb(bp.GetFatAABB(node)) for node in range(_node_capacity(bp))}
-    by_box = {}
-    for node, box in nodes.items():
-        by_box.setdefault(box, []).append(node)
-    _edge_proxies(u, nodes)  # the new terrain's, for every read until the next write
     walker_bodies = _bodies(u)
-    taken = set()
-    for body in walker_bodies:
-        leaves = [node for node in by_box.get(_fat(_aabb(body.fixtures[0].GetAABB(0))), [])
-                  if node not in taken and _is_leaf(bp, node)]
-        body._autorl_proxy = leaves[0] if leaves else -1
-        taken.add(body._autorl_proxy)
+    if not _fresh_tree_ids(u, bp, walker_bodies):  # the allocation order did not hold: find them by their boxes
+        nodes = {node: _aabb(bp.GetFatAABB(node)) for node in range(_node_capacity(bp))}
+        by_box = {}
+        for node, box in nodes.items():
+            by_box.setdefault(box, []).append(node)
+        u._autorl_edge_proxies = None
+        _edge_proxies(u, nodes)  # the new terrain's, for every read until the next write
+        taken = set()
+        for body in walker_bodies:
+            leaves = [node for node in by_box.get(_fat(_aabb(body.fixtures[0].GetAABB(0))), [])
+                      if node not in taken and _is_leaf(bp, node)]
+            body._autorl_proxy = leaves[0] if leaves else -1
+            taken.add(body._autorl_proxy)
     world.contactManager.FindNewContacts()
     wanted = {}
     for k in range(min(int(s[4]), MAX_CONTACTS)):

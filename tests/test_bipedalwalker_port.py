@@ -468,3 +468,34 @@ def test_concurrent_callers_step_the_same_as_one_caller(port):
         for got, want in zip(output, expected):
             for a, b in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
                 np.testing.assert_array_equal(a, b)
+
+
+def test_a_written_worlds_proxy_ids_are_the_leaves_that_hold_each_body():
+    """state_to_reference takes every proxy id of the world it builds from the tree's allocation order
+    (proxy k's leaf is node 2k - 1 in a fresh b2DynamicTree) rather than reading every node: each of the
+    199 edges and 5 walker bodies must be a leaf holding exactly that body's fat AABB, over states with
+    feet on the ground and legs crossing, as a scan of every node would have found them."""
+    env = gym.make("BipedalWalker-v3")
+    rng = np.random.default_rng(3)
+    written = 0
+    for seed in range(3):
+        env.reset(seed=seed)
+        for t in range(90):
+            env.step(rng.uniform(-1, 1, 4).astype(np.float32))
+            if t % 15:
+                continue
+            sync.state_to_reference(sync.state_from_reference(env), env)
+            u = env.unwrapped
+            bp = u.world.contactManager.broadPhase
+            terrain, edge_ids = u._autorl_edge_proxies
+            assert terrain is u.terrain and len(edge_ids) == sync.EDGES
+            by_segment = {sync.EDGES - 1 - k: body for k, body in enumerate(u.terrain)}
+            pairs = [(by_segment[k], edge_ids[k]) for k in range(sync.EDGES)]
+            pairs += [(body, body._autorl_proxy) for body in sync._bodies(u)]
+            for body, node in pairs:
+                assert sync._is_leaf(bp, node), node
+                assert sync._aabb(bp.GetFatAABB(node)) == sync._fat(sync._aabb(body.fixtures[0].GetAABB(0))), node
+            assert len({node for _, node in pairs}) == len(pairs)
+            written += 1
+    env.close()
+    assert written == 18
