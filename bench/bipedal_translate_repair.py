@@ -87,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
             text = log.read_text()
             levels = re.findall(r"^(L[1-4] \w+: \w+)", text, flags=re.M)
             lines.append(f"{log.relative_to(run_dir)}: {', '.join(levels)}")
+            lost = re.search(r"^\s*fields that did not read back.*$", text, flags=re.M)  # a sync bug: L2's round trip
+            if lost:
+                lines.append("    " + lost.group(0).strip()[:400])
             failure = re.search(r"differing fields.*?(?:\n\s+\S.*){1,6}", text)
             if failure:
                 lines.extend("    " + line.strip() for line in failure.group(0).splitlines()[:7])

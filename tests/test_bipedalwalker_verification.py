@@ -100,6 +100,27 @@ def test_a_weaker_motor_fails_l2_naming_field_state_and_figures(tmp_path):
     assert "differing fields (field: reference -> backend, |diff|, allowed):" in text
 
 
+@needs_rustc
+def test_a_sync_field_left_out_fails_l2_naming_the_fields_and_the_state(tmp_path):
+    """state_to_reference that never writes the bodies' angular velocities (a field left out of the
+    sync): L2's round trip fails before any step, naming each field that did not read back, with the
+    state written and the state read back."""
+    path = tmp_path / SOURCE.name
+    path.write_text(SOURCE.read_text())  # the port as shipped, beside a sync with the field left out
+    sync_path = tmp_path / "bipedalwalker_v3_sync.py"
+    text = (REPO / "envs_fast" / "bipedalwalker_v3_sync.py").read_text()
+    assert text.count("        body.angularVelocity = s[o + 5]\n") == 1
+    sync_path.write_text(text.replace("        body.angularVelocity = s[o + 5]\n", ""))
+    report = verify(ENV_ID, str(path), (2,), QUICK)
+    failure = report.levels[0].failure
+    assert report.levels[0].status == "fail" and failure["check"] == "state sync round trip", report.to_text()
+    lost = failure["fields that did not read back (field: written -> read back)"]
+    assert ".hull_w: " in lost and "-> 0" in lost, lost
+    assert not any(name in lost for name in (".hull_cx:", ".hull_vx:", ".hull_angle:")), lost
+    assert ".hull_w=" in failure["written"] and ".hull_w=0" in failure["read back"]
+    assert "fields that did not read back" in report.to_text()
+
+
 class ObservationOffBy:
     """The port with one observation component moved: a stand-in for a mistranslated formula."""
 

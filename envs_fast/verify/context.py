@@ -94,13 +94,18 @@ def sync_problem(stepper: ReferenceStepper, samples: list[Sample]) -> dict | Non
             back = stepper.write_state(state)
         except Exception as exc:
             return {"detail": f"state_to_reference/state_from_reference raised {type(exc).__name__}: {exc}"}
-        want, got = flat_values(state), flat_values(back)
+        want, got, names = flat_values(state), flat_values(back), field_names(state)
         if read_only and want.shape == got.shape:
-            writable = np.array([name.lstrip(".") not in read_only for name in field_names(state)])
-            want, got = want[writable], got[writable]
+            writable = np.array([name.lstrip(".") not in read_only for name in names])
+            want, got, names = want[writable], got[writable], [n for n, keep in zip(names, writable) if keep]
         if want.shape != got.shape or not np.allclose(got, want, rtol=1e-6, atol=1e-7):
-            return {"detail": "a state written with state_to_reference does not read back with state_from_reference",
-                    "written": format_state(state), "read back": format_state(back)}
+            failure = {"detail": "a state written with state_to_reference does not read back with state_from_reference"}
+            if want.shape == got.shape:  # the fields the sync lost, named first: the state follows whole
+                differ = np.flatnonzero(~np.isclose(got, want, rtol=1e-6, atol=1e-7))
+                failure["fields that did not read back (field: written -> read back)"] = ", ".join(
+                    f"{names[i] or 'state'}: {want[i]:.9g} -> {got[i]:.9g}" for i in differ[:12]) + (
+                    f" and {len(differ) - 12} more" if len(differ) > 12 else "")
+            return {**failure, "written": format_state(state), "read back": format_state(back)}
     return None
 
 
