@@ -105,11 +105,9 @@ def loaded_sources() -> dict[str, str]:
     """The decisive modules of envs_fast this process has imported, with their hashes: what a record it
     writes depends on (the verifier's levels, the backend's loader and what they import, and nothing
     of the backends it never loaded)."""
-    decisive = {path.resolve() for path in decisive_sources()}
     loaded = {Path(module.__file__).resolve() for module in list(sys.modules.values())
               if getattr(module, "__file__", None)}
-    return {path.relative_to(PACKAGE_DIR).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
-            for path in sorted(decisive & loaded)}
+    return {name: digest for name, digest in source_hashes().items() if (PACKAGE_DIR / name).resolve() in loaded}
 
 
 def changed_sources(record: dict, environment: dict | None = None) -> list[str]:
