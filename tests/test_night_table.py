@@ -109,7 +109,7 @@ def test_a_draw_whose_start_the_daemon_refuses_is_recorded_and_drawn_again(tmp_p
         return {"detuned": [-900.0] * 2, "shipped": [-150.0] * 2, "sigma": 10.0, "cost": 750.0, "cost_sigmas": 75.0}
 
     monkeypatch.setattr(nights, "draw_cost", draw_cost)
-    args = SimpleNamespace(drawn=1, envs="Pendulum-v1", draw_seed=0, drawn_budget=10.0, json=None)
+    args = SimpleNamespace(drawn=1, envs="Pendulum-v1", draw_seed=0, drawn_budget=10.0, drawn_path="jax-e2e", json=None)
     draws: list[dict] = []
     problems = list(nights.drawn_problems(args, tmp_path, draws, [], {}))
     assert [d["index"] for d in draws] == [0, 1] and len(problems) == 1 and problems[0][1]["index"] == 1
@@ -132,3 +132,34 @@ def test_the_searchers_are_compared_draw_by_draw_at_equal_spending():
     assert abs(paired["mean_difference"] - (3 / 5 - 0.5 * 4 / 5) / 2) < 1e-12
     assert paired["ci95"][0] < paired["mean_difference"] < paired["ci95"][1]
     assert paired_curves(summarize(rows[:1])) is None
+
+
+BURN = ("import time, sys, pathlib\n"
+        "while time.process_time() < 1.0: pass\n"
+        "pathlib.Path(sys.argv[1]).write_text('burnt')\n"
+        "time.sleep(float(sys.argv[2]))\n")
+
+
+def test_a_nights_conditions_tell_its_own_cpu_from_what_else_ran(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from orchestrator.benchmark.nights import MachineLoad
+
+    load = MachineLoad()
+    # the night's own work: a child that burns a CPU second and is waited for
+    subprocess.run([sys.executable, "-c", BURN, str(tmp_path / "own"), "0"], check=True)
+    # something else on the machine: a process this benchmark did not run (not reaped while measured)
+    other = subprocess.Popen([sys.executable, "-c", BURN, str(tmp_path / "other"), "60"])
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "other").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        conditions = load.stop()
+    finally:
+        other.kill()
+        other.wait()
+    assert conditions["cpus"] >= 1 and conditions["load1_max"] >= 0
+    assert 1.0 <= conditions["own_cpu_s"] < 1.9      # the waited child's second (and its interpreter's start)
+    assert conditions["other_cpu_s"] >= 0.9          # the other process's second, whatever else ran too

@@ -84,7 +84,7 @@ def draw_detune(env_id: str, index: int, seed: int, path: str = "jax-e2e") -> di
             value, side = (prior.high * factor if prior.high > 0 else prior.low - (prior.high - prior.low) * factor), "above"
         value = int(round(value)) if isinstance(shipped, int) else float(f"{value:.4g}")
     return {"env_id": env_id, "index": index, "seed": seed, "constant": name, "value": value, "shipped": shipped,
-            "factor": factor, "side": side,
+            "factor": factor, "side": side, "path": path,
             "why": f"{name} {shipped} -> {value} ({factor}x {side} its usual {prior.low}..{prior.high})"
             if prior.low is not None else f"{name} {shipped} -> {value} (off its usual value)"}
 

@@ -43,10 +43,12 @@ import json
 import math
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -90,6 +92,12 @@ PROBLEMS = {p.name: p for p in (
     Problem("cartpole-host-epochs", "CartPole-v1", 30, {"UPDATE_EPOCHS": 1, "LEARNING_RATE": 1e-4},
             "jax-host path (--no-setup-verify), one epoch and a 3x lower learning rate", ("--no-setup-verify",)),
     Problem("cartpole-shipped", "CartPole-v1", 10, {}, "jax-e2e, the shipped train.py: nothing to gain"),
+    # The headline env on its Rust port (jax-host, verified L1-L3 at each night's setup). Its drawn
+    # detunes: `--drawn 3 --envs BipedalWalker-v3 --drawn-budget 120 --drawn-path jax-host`.
+    Problem("bipedal-shipped", "BipedalWalker-v3", 240, {},
+            "Rust port (jax-host), the shipped train.py: what a night adds to the start"),
+    Problem("bipedal-null", "BipedalWalker-v3", 120, {},
+            "Rust port (jax-host), the shipped train.py at 120 s: the null night (--searchers none)"),
 )}
 SEARCHERS = ("optuna", "tpe", "random", "none")
 
@@ -221,6 +229,47 @@ def budgets_to_best(run_dir: Path, rows, screen: float | None) -> float:
     return full_budget_equivalents(run_dir, screen, int(kept.exp.max()) if len(kept) else 0)
 
 
+# ---------------------------------------------------------------- the machine's conditions
+class MachineLoad:
+    """What else ran on the machine while a night (and its rescoring) did: budgets are wall clock, so a
+    night's figures hold only beside its conditions. CPU seconds of every process (/proc/stat) minus
+    those of this benchmark's own children (the night's daemon, its runs and the rescoring), and the
+    1-minute load average sampled each minute."""
+
+    def __init__(self):
+        self._busy, self._own, self._wall = _busy_cpu_s(), _children_cpu_s(), time.monotonic()
+        self._loads: list[float] = [os.getloadavg()[0]]
+        self._done = threading.Event()
+        self._sampler = threading.Thread(target=self._sample, daemon=True)
+        self._sampler.start()
+
+    def _sample(self):
+        while not self._done.wait(60):
+            self._loads.append(os.getloadavg()[0])
+
+    def stop(self) -> dict:
+        self._done.set()
+        busy, own = _busy_cpu_s() - self._busy, _children_cpu_s() - self._own
+        return {"cpus": len(os.sched_getaffinity(0)), "wall_s": round(time.monotonic() - self._wall, 1),
+                "own_cpu_s": round(own, 1), "other_cpu_s": round(max(0.0, busy - own), 1),
+                "load1_mean": round(float(np.mean(self._loads)), 2), "load1_max": round(max(self._loads), 2)}
+
+
+def _busy_cpu_s() -> float:
+    """CPU seconds every process has used since boot (all but idle and iowait), or NaN off Linux."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    except (OSError, ValueError):
+        return math.nan
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def _children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 # ---------------------------------------------------------------- rescoring
 def verify_cache_of(clone: Path) -> Path | None:
     """The verdict cache of the night run in `clone` (what its setup verified), if any."""
@@ -261,8 +310,6 @@ def rescore(clone: Path, commit: str, env_id: str, budget_s: float, seeds: list[
 
 
 def _env() -> dict:
-    import os
-
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTORL_")}
     env["PYTHONPATH"] = ""
     return env
@@ -299,6 +346,9 @@ def main() -> int:
                         help="the envs of --drawn (Acrobot and CartPole at 10 s shrug every draw off)")
     parser.add_argument("--draw-seed", type=int, default=0)
     parser.add_argument("--drawn-budget", type=float, default=10.0, metavar="S", help="budget of the drawn problems")
+    parser.add_argument("--drawn-path", choices=("jax-e2e", "jax-host"), default="jax-e2e",
+                        help="the path the drawn envs train on: a constant is drawn from those it reads "
+                             "(jax-host for an env on a host backend, e.g. BipedalWalker-v3 on its Rust port)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clones")
     args = parser.parse_args()
     if args.quick:
@@ -326,6 +376,7 @@ def main() -> int:
                     continue
                 root = base / f"{problem.name}-{searcher}-{screen or 'full'}-{night}"
                 root.mkdir(parents=True)
+                load = MachineLoad()
                 n = run_night(root, problem, searcher, args.experiments, screen,
                               timeout_s=(args.minutes * 60 + problem.budget_s * 4 if args.minutes else
                                          args.experiments * (problem.budget_s * 6 + 240)) + 900,
@@ -349,13 +400,14 @@ def main() -> int:
                 row = NightRow(problem.name, searcher, screen, night, start, best, improvement, p, significant,
                                n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
                                round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None, draw,
-                               code=n["code"], budgets_to_best=n["budgets_to_best"])
+                               code=n["code"], budgets_to_best=n["budgets_to_best"], conditions=load.stop())
                 rows.append(row)
                 print(f"  {searcher:7s} {f'screen {screen:g}' if screen else 'no screen'} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
                       f"({improvement:+.2f}, p {p:.3f}; gap to shipped {gap:+.2f}) kept {n['kept']} "
                       f"screened {n['screened']} "
                       f"{'FALSE KEEP ' if row.false_keep else ''}{n['full_budgets']:g} budgets "
-                      f"{n['wall_s'] / 60:.1f} min", flush=True)
+                      f"{n['wall_s'] / 60:.1f} min; other processes {row.conditions['other_cpu_s']:g} CPU s",
+                      flush=True)
                 if args.json:  # after every night: hours of measurement survive an interruption
                     write_json(Path(args.json), rows, shipped_scores, draws)
                 if not args.keep:
@@ -380,7 +432,7 @@ def drawn_problems(args, base: Path, draws: list[dict], rows: list[NightRow], sh
         while accepted < args.drawn and index < 4 * args.drawn:
             known = next((d for d in draws if d["env_id"] == env_id and d["index"] == index
                           and d["seed"] == args.draw_seed), None)
-            draw = known or draw_detune(env_id, index, args.draw_seed)
+            draw = known or draw_detune(env_id, index, args.draw_seed, args.drawn_path)
             problem = drawn_problem(draw, args.drawn_budget)
             if known is None:
                 print(f"# draw {env_id} {index}: {draw['why']}: checking what it costs", flush=True)
