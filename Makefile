@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test test-slow bench clean
 
 # NEMO_PYTHON: the Python >= 3.12 the NeMo Gym export's real nemo-gym runs on (default: found on
 # PATH or pyenv). Its venv lives in the user cache, built once (a few minutes); without such a
@@ -31,9 +31,16 @@ demo: install
 # workers on 2 cores halve the wall time; PYTEST_WORKERS=0 runs them in one process. worksteal: a
 # worker that runs out of tests takes some of the other's queue (plain load scheduling left one
 # worker alone on its share for the last minutes)
+# `make test` leaves out the tests marked slow (end-to-end nights and long verifications, each over
+# ~40 s): within 15 minutes on 2 cores. `make test-slow` runs those; CI runs both.
 PYTEST_WORKERS ?= auto
+PYTEST_ARGS := -q -n $(PYTEST_WORKERS) --dist worksteal --durations=30
 test: install
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist worksteal --durations=30
+	$(PY) -m pytest $(PYTEST_ARGS) -m "not slow"
+	@echo "(the slow set, which CI also runs: make test-slow)"
+
+test-slow: install
+	$(PY) -m pytest $(PYTEST_ARGS) -m slow
 
 clean:
 	rm -rf $(VENV) .pytest_cache

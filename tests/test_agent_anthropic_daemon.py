@@ -21,6 +21,7 @@ DUMP_ENV = "\nimport json\nprint('ENVIRONMENT-DUMP ' + json.dumps(dict(os.enviro
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_an_anthropic_experiment_is_kept_and_the_run_stops_at_max_cost(autorl_repo):
     repo = autorl_repo(train_py=tiny_train_py(BIAS=5.0) + DUMP_ENV)   # BIAS 5.0: the pole falls
     evaluate_before = (repo / "evaluate.py").read_text()

@@ -29,6 +29,7 @@ def _block_lines(diff: str) -> list[str]:
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_default_offline_run_with_the_real_train_py_and_study_resume(autorl_repo):
     """The README's first command, shortened: no API key -> optuna; then --resume continues the study."""
     repo = autorl_repo()  # the real candidate/train.py

@@ -282,6 +282,7 @@ def test_the_jax_port_declares_the_rust_ports_verification():
     assert set(jax_port.state_categories) == set(rust_port.state_categories)
 
 
+@pytest.mark.slow
 def test_the_jax_port_declares_the_contacts_its_state_holds_and_a_written_state_can_exceed_them():
     """A State holds 48 contacts; the port declares it (CAPACITY), so L2 fails if the reference's own
     episodes go beyond and leaves out written states that do. One is easy to write: the hull moved 30 m

@@ -85,6 +85,7 @@ def _mutant(tmp_path, old: str, new: str) -> Path:
 
 
 @needs_rustc
+@pytest.mark.slow
 def test_a_weaker_motor_fails_l2_naming_field_state_and_figures(tmp_path):
     """MOTORS_TORQUE 80 -> 78: the joints' motor impulses saturate lower, so a synced step differs."""
     report = verify(ENV_ID, str(_mutant(tmp_path, "const MOTORS_TORQUE: f64 = 80.0;", "const MOTORS_TORQUE: f64 = 78.0;")),

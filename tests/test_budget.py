@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.conftest import FAST, TINY_TRAIN_PY, read_results, run_daemon, write_replay
 
 BUDGET, ALLOWANCE = 6, 4
@@ -21,6 +23,7 @@ HANGS_AFTER_EXPORT = TINY_TRAIN_PY + "time.sleep(600)\n"
 LATE = ON_BUDGET.replace("float(os.environ['AUTORL_TIME_BUDGET']) - 1.5", "float(os.environ['AUTORL_TIME_BUDGET']) + 5")
 
 
+@pytest.mark.slow
 def test_a_train_py_that_stretches_its_budget_is_invalid(autorl_repo, tmp_path):
     repo = autorl_repo(train_py=TINY_TRAIN_PY)
     replay = write_replay(tmp_path / "replay", {
@@ -55,6 +58,7 @@ def test_the_default_allowance_is_small():
     assert 2.5 * 10 > 10 + budget_allowance(10)
 
 
+@pytest.mark.slow
 def test_an_artifact_completed_past_the_budget_is_invalid_before_the_kill(autorl_repo, tmp_path):
     from orchestrator.config import EXPORT_MARGIN_S
 

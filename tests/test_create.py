@@ -303,6 +303,7 @@ def test_a_created_envs_code_is_read_only_to_its_evaluation(autorl_repo, tmp_pat
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_a_corridor_is_created_after_its_paths_and_imports_are_repaired(autorl_repo, tmp_path):
     repo = autorl_repo()
     shipped_train = (repo / "candidate" / "train.py").read_text()

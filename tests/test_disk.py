@@ -86,6 +86,7 @@ def wait_for(predicate, proc, timeout=120, what=""):
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_a_disk_filled_from_outside_is_waited_out(small_results, tmp_path):
     repo = small_results
     run_dir = repo / "results" / TAG

@@ -20,6 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPT = ["-m", "bench.gpu_table"]  # as the README runs it: from the repository root
 
 
+@pytest.mark.slow
 def test_quick_table_measures_every_part_and_prints_each_figure(tmp_path):
     proc = subprocess.run([sys.executable, *SCRIPT, str(tmp_path), "--quick"], cwd=REPO, capture_output=True, text=True,
                           timeout=480)

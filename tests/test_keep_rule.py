@@ -19,6 +19,7 @@ from orchestrator.loop import Run
 from orchestrator.results import ExpFolder, ResultsFile, Row, RunFolder
 
 
+@pytest.mark.slow
 def test_a_null_night_keeps_something_in_at_most_5_percent_of_nights_however_noisy_its_candidates():
     """12 candidates as good as the start, each with a seed-to-seed sd 1x, 3x or 8x the start's
     (a change that makes training bimodal is such a candidate), judged through the loop's own

@@ -72,6 +72,7 @@ _lie = {LYING_HARNESS!r}
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_replay_night_covers_every_status(autorl_repo, tmp_path):
     repo = autorl_repo(TINY_TRAIN_PY)
     original_harness = (repo / "evaluate.py").read_bytes()

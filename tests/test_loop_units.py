@@ -176,6 +176,7 @@ def test_more_baselines_make_the_best_a_mean_of_more_runs(autorl_repo, tmp_path,
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_a_noisy_start_is_trained_again_before_the_next_candidate(autorl_repo, tmp_path, restore_signals):
     """A start whose seeds alternate between a balanced and a falling pole (returns ~500 and ~9)
     among a candidate that balances on every seed: once the candidate's confirmations show how much

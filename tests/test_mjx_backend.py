@@ -142,6 +142,7 @@ def test_ant_steps_match_gymnasium_to_1e_9_in_float64():
     assert max(worst.values()) < 1e-9, worst
 
 
+@pytest.mark.slow
 def test_a_wrong_mjx_model_fails_l2_naming_the_field(monkeypatch):
     """The verifier's L2 on mjx is not blind: the same backend over a Hopper whose joint damping is 30%
     higher fails `step from rollout states`, and the report names the differing fields."""

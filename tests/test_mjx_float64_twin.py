@@ -18,6 +18,7 @@ from envs_fast.verify.context import Settings  # noqa: E402
 pytestmark = [pytest.mark.usefixtures("private_cache"), pytest.mark.filterwarnings("ignore::UserWarning")]
 
 
+@pytest.mark.slow
 def test_l2_and_l3_hold_the_float64_twin_to_the_reference_and_measure_float32_apart():
     """Hopper passes L2 and L3 through its twin, whose steps agree with C MuJoCo far inside the base
     tolerance (float32 steps would use a visible fraction of it), and the report states how far the

@@ -173,6 +173,7 @@ def test_the_image_and_make_install_install_one_lock_and_the_doctor_names_a_drif
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_doctor_reports_what_this_machine_trains_on(autorl_repo):
     """gpu_doctor's work, run here: the shipped train.py on each path, each saying its device (on a
     machine without a GPU, that is the problem the doctor reports)."""

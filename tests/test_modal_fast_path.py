@@ -29,6 +29,7 @@ def env_steps(run_dir, folder: str) -> int:
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_a_modal_night_trains_on_the_verified_jax_path_and_uses_a_translation_it_keeps(autorl_repo, tmp_path,
                                                                                          restore_signals):
     # Night 1: the shipped checkout. Setup verifies its backends in containers; the baselines train

@@ -108,6 +108,7 @@ def one_runner(autorl_repo, tmp_path):
 
 
 # ---------------------------------------------------------------- a night on the fake
+@pytest.mark.slow
 def test_results_land_in_the_local_layout_and_compute_is_billed(autorl_repo, tmp_path, restore_signals):
     repo = autorl_repo(tiny_train_py(BIAS=1.0))
     replay = write_replay(tmp_path / "replay", {1: {"candidate/train.py": tiny_train_py(BIAS=0.0),

@@ -199,6 +199,7 @@ TOY_TRAIN_PY = textwrap.dedent('''\
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_search_on_a_cheap_env_starts_small_and_recentres_on_the_keep(autorl_repo):
     repo = autorl_repo(TOY_TRAIN_PY)
     result = run_daemon(repo, "run", "--env", "CartPole-v1", "--budget", "2", "--tag", "toy", "--agent", "optuna",

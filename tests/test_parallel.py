@@ -99,6 +99,7 @@ def wait_for_round(run_dir, exps, proc, timeout=120):
     raise AssertionError(f"exps {exps} never trained together")
 
 
+@pytest.mark.slow
 def test_kill_9_mid_round_then_resume(autorl_repo, tmp_path):
     repo = autorl_repo(tiny_train_py(BIAS=1.0))
     run_dir = repo / "results" / TAG

@@ -50,6 +50,7 @@ def l4(root, port, kept=None, jobs=None):
 
 
 @needs_rustc
+@pytest.mark.slow
 def test_ppo_trained_on_a_faithful_port_scores_as_ppo_trained_on_the_reference(tmp_path, verdicts, monkeypatch):
     root, port = checkout_declaring_transfer(tmp_path / "checkout")
     cache.store_verdict(str(port), "CartPole-v1", [1, 2, 3], True, "L1-L3 passed (test verdict)")

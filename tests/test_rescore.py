@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from tests.conftest import FAST, PYTHON, TINY_TRAIN_PY, daemon_env, read_results, run_daemon, write_replay
 
 BETTER = TINY_TRAIN_PY.replace("BIAS = 1.0", "BIAS = 0.0")  # balances 500 steps where the start falls in ~145
@@ -23,6 +25,7 @@ def night(autorl_repo, tmp_path, tag: str, *extra: str):
     return repo
 
 
+@pytest.mark.slow
 def test_a_night_ends_with_the_start_and_the_best_on_fresh_seeds(autorl_repo, tmp_path):
     repo = night(autorl_repo, tmp_path, "oos", "--rescore", "2")  # (FAST turns it off; 2 is the default)
     run_dir = repo / "results" / "oos"
@@ -46,6 +49,7 @@ def test_a_night_ends_with_the_start_and_the_best_on_fresh_seeds(autorl_repo, tm
     assert "out of sample: best - start on 2 fresh seeds" in (run_dir / "report.html").read_text()
 
 
+@pytest.mark.slow
 def test_report_rescore_rescores_a_finished_run(autorl_repo, tmp_path):
     repo = night(autorl_repo, tmp_path, "later", "--rescore", "0")
     run_dir = repo / "results" / "later"

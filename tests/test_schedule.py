@@ -52,6 +52,7 @@ def _stop(proc: subprocess.Popen, log: Path) -> None:
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_schedule(autorl_repo, tmp_path):
     """Two schedulers in two checkouts at once (so the minute's wait is spent on the second): one with
     --at the next minute, one with a night every 3 s to overlap nights and stop one in flight."""

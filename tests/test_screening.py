@@ -17,6 +17,7 @@ def said_budget(bias: float) -> str:
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_a_worse_candidate_stops_at_its_screen_and_a_better_one_is_kept_on_full_budget_runs(autorl_repo, tmp_path):
     repo = autorl_repo(train_py=said_budget(1.0))  # the pole for ~145 steps
     replay = write_replay(tmp_path / "replay", {

@@ -53,6 +53,7 @@ def train_summary(train_log) -> dict:
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_setup_verifies_what_ships_reuses_it_next_time_and_falls_back_from_a_broken_translation(
         autorl_repo, tmp_path):
     repo, user_cache = autorl_repo(), tmp_path / "fresh-user-cache"  # nothing verified yet

@@ -16,6 +16,7 @@ from tests.test_setup_verify import train_summary, verdicts
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_transfer_to_two_envs_and_resume(autorl_repo, tmp_path):
     # The tiny controller reads obs[:, :4] and answers 0/1: a valid policy on CartPole and Acrobot.
     repo = autorl_repo(TINY_TRAIN_PY)
@@ -67,6 +68,7 @@ def test_transfer_refuses_bad_envs_and_missing_runs(autorl_repo):
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_transfer_verifies_a_mujoco_envs_backend_and_trains_on_it(autorl_repo, tmp_path):
     """Hopper-v5 is not the run's env: transfer verifies mujoco_batch for it (for real, L1-L3: 20-40 s
     on 2 cores), benchmarks it beside envpool, and the cell trains on the faster by choose_backend's rule

@@ -37,6 +37,7 @@ def buggy_cliffwalking() -> str:
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_buggy_translation_is_repaired_kept_and_rebaselined(autorl_repo, tmp_path):
     repo = autorl_repo(train_py=small_real_train_py())
     slug_path = "envs_fast/cliffwalking_v1.py"
@@ -86,6 +87,7 @@ def test_buggy_translation_is_repaired_kept_and_rebaselined(autorl_repo, tmp_pat
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_schedule_alternates_and_judges_translations(autorl_repo, tmp_path):
     # --no-setup-verify: nothing is verified when the run starts, so the incumbent backend is envpool
     repo = autorl_repo(train_py=tiny_train_py(BIAS=1.0))
@@ -139,6 +141,7 @@ RUST_CARTPOLE = AUTORL_ROOT / "envs_fast" / "cartpole_v1.rs"
 
 @pytest.mark.long
 @pytest.mark.skipif(shutil.which("rustc") is None, reason="rustc not found on PATH")
+@pytest.mark.slow
 def test_buggy_rust_translation_is_repaired_kept_and_rebaselined(autorl_repo, tmp_path):
     repo = autorl_repo(train_py=small_real_train_py())
     # a checkout without the shipped Rust CartPole: the agent writes it; --no-setup-verify: the
