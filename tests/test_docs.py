@@ -27,6 +27,10 @@ def test_the_docs_site_builds_strictly(tmp_path):
     done = mkdocs_build(ROOT, tmp_path / "site")
     assert done.returncode == 0, done.stdout + done.stderr
     assert (tmp_path / "site" / "reference" / "cli" / "index.html").exists()
+    # ARCHITECTURE.md (for contributors, at the root) is a page of the site, linked from its index
+    architecture = (tmp_path / "site" / "reference" / "architecture" / "index.html").read_text()
+    assert "Who may import whom" in architecture and "orchestrator.cli" in architecture
+    assert "reference/architecture.md" in (ROOT / "docs" / "index.md").read_text()
 
 
 @needs_mkdocs
@@ -34,6 +38,7 @@ def test_a_broken_link_fails_the_build(tmp_path):
     project = tmp_path / "project"
     project.mkdir()
     shutil.copy(ROOT / "mkdocs.yml", project)
+    shutil.copy(ROOT / "ARCHITECTURE.md", project)   # a page includes it
     shutil.copytree(ROOT / "docs", project / "docs")
     page = project / "docs" / "getting-started.md"
     page.write_text(page.read_text() + "\nSee [the missing page](concepts/no-such-page.md).\n")
