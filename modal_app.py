@@ -19,9 +19,9 @@ fast path's speed, what a night costs per hour)?
 
     modal run modal_app.py::doctor [--gpu H100] [--price-table FILE.json]
 
-The image, the app and its functions are declared in orchestrator/runners/modal_functions.py
+The image, the app and its functions are declared in orchestrator/runners/modal/functions.py
 (AUTORL_MODAL_GPU / AUTORL_MODAL_CPU set the train containers); the work they do is plain Python
-in orchestrator/runners/modal_experiment.py and modal_night.py. Importing this module makes no
+in orchestrator/runners/modal/experiment.py and night.py. Importing this module makes no
 network call; nothing imports it.
 """
 from __future__ import annotations
@@ -32,13 +32,13 @@ from pathlib import Path
 import modal
 
 from orchestrator.config import default_tag
-from orchestrator.modal_support import VOLUME_NAME, container_settings
-from orchestrator.runners.modal_doctor import format_report
-from orchestrator.runners.modal_experiment import git_archive, one_experiment
-from orchestrator.runners.modal import ComputePrices
-from orchestrator.runners.modal_functions import (EVAL_CPU, NIGHT_CPU, TRAIN_CPU, TRAIN_GPU, app, configured,
+from orchestrator.runners.modal.support import VOLUME_NAME, container_settings
+from orchestrator.runners.modal.doctor import format_report
+from orchestrator.runners.modal.experiment import git_archive, one_experiment
+from orchestrator.runners.modal.runner import ComputePrices
+from orchestrator.runners.modal.functions import (EVAL_CPU, NIGHT_CPU, TRAIN_CPU, TRAIN_GPU, app, configured,
                                                  exact_gpu, gpu_doctor, night_daemon)
-from orchestrator.runners.modal_night import (BUILD_LOG_NAME, checkout_bundle, daemon_command, local_timezone,
+from orchestrator.runners.modal.night import (BUILD_LOG_NAME, checkout_bundle, daemon_command, local_timezone,
                                               output_saved_to)
 
 ROOT = Path(__file__).resolve().parent

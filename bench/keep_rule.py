@@ -23,7 +23,6 @@ import argparse
 import random
 import sys
 from concurrent.futures import ProcessPoolExecutor
-from pathlib import Path
 
 
 from orchestrator.config import BASELINE_RUNS  # noqa: E402

@@ -25,7 +25,6 @@ import json
 import sys
 import time
 import warnings
-from pathlib import Path
 
 
 import gymnasium as gym  # noqa: E402

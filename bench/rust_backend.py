@@ -12,7 +12,6 @@ autoreset and time limit included).
 import argparse
 import sys
 import warnings
-from pathlib import Path
 
 
 

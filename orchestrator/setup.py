@@ -30,13 +30,15 @@ from .disk import NIGHT_OF_CAPS, free_mb
 from .envfolder import content_sha256, env_folder
 from .inflight import InFlight
 from .loop import Run
-from .phases import parse_schedule, translate_languages
+from .phases import parse_schedule
+from .preflight import (check_agent_walls, check_created_env, check_env_id, check_runner, check_sandbox,
+                        check_translate_lang)
 from .processes import scrubbed_env
 from .report.rescored import Rescore
 from .rescore import rescore
 from .results import ResultsFile, RunFolder, summarize, utc_now
 from .report import refresh as refresh_report
-from .sandbox import Sandbox, SandboxUnavailable, agent_walls_problem
+from .sandbox import Sandbox
 from .runners import Runner, make_runner
 from .workspace import Workspace, repo_root
 
@@ -47,42 +49,6 @@ def default_agent(environ: dict) -> tuple[str, str]:
     if environ.get("ANTHROPIC_API_KEY"):
         return "anthropic", "ANTHROPIC_API_KEY is set"
     return "optuna", "ANTHROPIC_API_KEY is not set, so the offline Optuna agent tunes hyperparameters"
-
-
-def check_created_env(options: Options, workspace: Workspace, from_ref: Optional[str] = None) -> None:
-    """A created environment (`envs.<name>.env:Env`) must be in the commit the run starts from."""
-    folder = env_folder(options.env_id)
-    if folder is None:
-        return
-    if (options.runner or "local") == "modal":
-        raise RunError(f"--runner modal cannot score a created environment ({folder}/) yet: run it locally")
-    commit = workspace.start_commit(from_ref)
-    if not workspace.has_path(commit, folder):
-        name = folder.split("/", 1)[1]
-        raise RunError(f"{folder}/ is not in commit {commit[:7]}: create it first (python -m orchestrator create "
-                       f"--name {name} --describe TEXT) or commit it")
-
-
-def check_env_id(env_id: str) -> None:
-    if ":" in env_id:
-        return  # `module:Env-v0` registers on import; the baseline run will tell
-    import gymnasium
-
-    try:
-        gymnasium.spec(env_id)
-    except gymnasium.error.Error:
-        raise RunError(f"unknown environment {env_id!r}; closest registered ids: "
-                       f"{', '.join(closest_env_ids(env_id)) or 'none'} (or module:Class for an env of your own)") from None
-
-
-def closest_env_ids(env_id: str, n: int = 3) -> list[str]:
-    """The registered gymnasium ids nearest to a mistyped one, case aside (`pendulum-v1`, `Pendulm-v1`)."""
-    import difflib
-
-    import gymnasium
-
-    by_lower = {name.lower(): name for name in gymnasium.registry}
-    return [by_lower[m] for m in difflib.get_close_matches(env_id.lower(), list(by_lower), n=n, cutoff=0.6)]
 
 
 def find_run_to_resume(results_root: Path, env_id: Optional[str]) -> Optional[str]:
@@ -96,40 +62,6 @@ def find_run_to_resume(results_root: Path, env_id: Optional[str]) -> Optional[st
         if env_id is None or data.get("env_id") == env_id:
             candidates.append((run_json.parent.stat().st_mtime, run_json.parent.name))
     return max(candidates)[1] if candidates else None
-
-
-def check_runner(name: str, runner_options: Optional[dict] = None) -> None:
-    """Before anything is created: a Modal runner needs a price for its GPU (it bills every call),
-    credentials, a reachable Modal and the files its image is built from."""
-    if name != "modal":
-        return
-    from .modal_support import check_modal_reachable, modal_credentials_problem
-    from .runners.modal import ComputePrices
-    from .runners.modal_functions import TRAIN_GPU, image_problem
-
-    options = runner_options or {}
-    try:
-        price_problem = ComputePrices.load(options.get("price_table")).missing(options.get("gpu") or TRAIN_GPU)
-    except ValueError as exc:
-        price_problem = str(exc)
-    problem = (price_problem or modal_credentials_problem() or check_modal_reachable(timeout_s=20)
-               or image_problem())
-    if problem:
-        raise RunError(problem)
-
-
-def check_sandbox(mode: str) -> None:
-    """`--sandbox require` where bubblewrap cannot run: refuse before anything is created."""
-    try:
-        Sandbox(mode)
-    except SandboxUnavailable as exc:
-        raise RunError(f"{exc} (install bubblewrap, or run with --sandbox auto to go on without walls)") from None
-
-
-def check_agent_walls(mode: str, agent_name: str) -> None:
-    problem = agent_walls_problem(mode, agent_name)
-    if problem:
-        raise RunError(problem)
 
 
 def rescore_run(repo: Optional[Path], tag: str, k: int) -> Optional[Rescore]:
@@ -160,14 +92,6 @@ def rescore_run(repo: Optional[Path], tag: str, k: int) -> Optional[Rescore]:
         if runner is not None:
             runner.close()
         lock.release()
-
-
-def check_translate_lang(choice: str) -> None:
-    """`--translate-lang rust` without rustc: refuse before anything is created."""
-    try:
-        translate_languages(choice)
-    except ValueError as exc:
-        raise RunError(str(exc)) from None
 
 
 def start(options: Options, agent_factory: Callable, environ: dict, from_ref: Optional[str] = None) -> int:

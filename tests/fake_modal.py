@@ -8,7 +8,7 @@ documentation it cites:
 - `FakeFunction.spawn(*args)` pickles the arguments with Modal's own serializer
   (modal/_serialization.py `serialize`, a cloudpickle Pickler; the container `deserialize`s), and
   each input runs in a container: a `python -m tests.fake_modal container` subprocess that calls
-  the real Modal function of orchestrator/runners/modal_functions.py through `.local()` (its real
+  the real Modal function of orchestrator/runners/modal/functions.py through `.local()` (its real
   signature; `.local` calls the raw function, modal/_functions.py), then pickles the result or the
   exception back (modal/_serialization.py `pickle_exception`).
 - Queue delay: an input waits `Plan.queue_s` for a container. While it waits, `get_call_graph()`
@@ -207,7 +207,7 @@ class FakeCall:
         state = self._state()
         return [InputInfo(state["input_id"], self.object_id, state.get("task_id", ""),
                           STATUS_OF[state.get("status", "pending")], state["function"],
-                          "orchestrator.runners.modal_functions", [])]
+                          "orchestrator.runners.modal.functions", [])]
 
 
 class FakeFunction:
@@ -336,7 +336,7 @@ class FakeModal:
 
     def __init__(self, root: Path, max_restarts: int = 2, train_timeout_s: Optional[float] = None,
                  eval_timeout_s: Optional[float] = None, image_rust: Optional[bool] = None):
-        from orchestrator.runners import modal_experiment, modal_functions
+        from orchestrator.runners.modal import experiment as modal_experiment, functions as modal_functions
 
         # whether the image installs a Rust toolchain (as modal_functions.image does, unless told otherwise)
         self.image_rust = bool(modal_functions.RUST_TOOLCHAIN) if image_rust is None else image_rust
@@ -405,7 +405,7 @@ def run_container(call_dir: Path, task: str) -> None:
     pid, started = os.environ["FAKE_MODAL_CLIENT"].split(":")
     threading.Thread(target=_watch_client, args=(int(pid), float(started)), daemon=True).start()
 
-    from orchestrator.runners import modal_functions
+    from orchestrator.runners.modal import functions as modal_functions
 
     state = read_json(call_dir / "call.json")
     args, kwargs = deserialize((call_dir / "input.pkl").read_bytes(), None)

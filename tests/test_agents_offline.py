@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 from orchestrator.agents import make_agent
 from orchestrator.agents.base import AgentContext, NoMoreProposals, Outcome
 from orchestrator.agents.hyperparameter_block import NoHyperparameterBlock, read_block, write_block
-from orchestrator.agents.local_search import search_space
+from orchestrator.agents.search_space import search_space
 from orchestrator.agents.optuna_agent import OptunaAgent
 from orchestrator.agents.replay import ReplayAgent
 from orchestrator.config import default_tag

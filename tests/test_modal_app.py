@@ -1,4 +1,4 @@
-"""modal_app.py and the Modal plumbing of the daemon (orchestrator/runners/modal_*.py), offline:
+"""modal_app.py and the Modal plumbing of the daemon (orchestrator/runners/modal/), offline:
 modal_app imports without a network or a token, its CLI parses, the Modal functions do their work
 through `.local()` (real train.py and evaluate.py subprocesses), a run folder goes to a volume folder and comes back with `pull`
 (through tests/fake_modal.py's volume: what a container commits is what `pull` reads), and missing credentials
@@ -19,11 +19,12 @@ import git
 import modal
 import pytest
 
-from orchestrator.modal_support import (BUNDLE_NAME, check_modal_reachable, container_settings,
+from orchestrator.runners.modal.support import (BUNDLE_NAME, check_modal_reachable, container_settings,
                                         modal_credentials_problem, write_branch_bundle)
-from orchestrator.pull import PullError, pull
+from orchestrator.runners.modal.pull import PullError, pull
 from orchestrator.sandbox import probe as sandbox_probe
-from orchestrator.runners import modal_doctor, modal_experiment, modal_functions, modal_night
+from orchestrator.runners.modal import doctor as modal_doctor, experiment as modal_experiment
+from orchestrator.runners.modal import functions as modal_functions, night as modal_night
 from tests.conftest import AUTORL_ROOT, PYTHON, tiny_train_py
 from tests.fake_modal import FakeVolume
 
@@ -267,7 +268,7 @@ def with_options_recording(self, **kwargs):
     options.setdefault("with_options", []).append({k: v for k, v in kwargs.items() if isinstance(v, (str, float))})
     return real_with_options(self, **kwargs)
 modal.Function.with_options = with_options_recording
-import orchestrator.runners.modal_functions as functions
+import orchestrator.runners.modal.functions as functions
 functions.configured(gpu="a100", cpu=4)
 print(json.dumps(options))
 """
@@ -499,7 +500,7 @@ def test_the_output_of_a_nights_start_is_kept_and_still_shown(tmp_path):
     stderr, or from a subprocess) reaches the terminal and results/<tag>/modal-build.log."""
     log = tmp_path / "results" / "n1" / modal_night.BUILD_LOG_NAME
     script = (f"import os, subprocess, sys\n"
-              f"from orchestrator.runners.modal_night import output_saved_to\n"
+              f"from orchestrator.runners.modal.night import output_saved_to\n"
               f"with output_saved_to({str(log)!r}):\n"
               f"    print('Building image im-1')\n"
               f"    sys.stderr.write('=> Step 3: pip install torch\\n')\n"
@@ -574,7 +575,7 @@ def test_missing_credentials_name_modal_token_new(tmp_path, monkeypatch):
 def test_unreachable_modal_is_one_line_within_the_timeout(tmp_path):
     env = offline_env(tmp_path) | {"MODAL_TOKEN_ID": "ak-test", "MODAL_TOKEN_SECRET": "as-test",
                                    "MODAL_SERVER_URL": "http://127.0.0.1:9"}
-    code = "from orchestrator.modal_support import check_modal_reachable as c; print(c(2))"
+    code = "from orchestrator.runners.modal.support import check_modal_reachable as c; print(c(2))"
     started = time.monotonic()
     proc = subprocess.run([PYTHON, "-c", code], cwd=AUTORL_ROOT, env=env, capture_output=True, text=True,
                           timeout=60)

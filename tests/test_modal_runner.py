@@ -24,8 +24,8 @@ from orchestrator.inflight import InFlight
 from orchestrator.results import ExpFolder, RunFolder
 from orchestrator.runners import RunnerSettings, Slot
 from orchestrator.runners.base import Measurement, add_evaluation
-from orchestrator.runners.modal import ComputePrices, ModalRunner
-from orchestrator.runners.modal_calls import CallPolicy
+from orchestrator.runners.modal.runner import ComputePrices, ModalRunner
+from orchestrator.runners.modal.calls import CallPolicy
 from orchestrator.setup import start
 from orchestrator.status import modal_call_lines, render_status
 from orchestrator.workspace import Workspace
@@ -398,7 +398,7 @@ def test_a_changed_container_verifies_each_passing_backend_again_under_the_name_
     """A translation file's verdict names the snapshot it was verified in: verified again as the commit's
     envs_fast/<file>. A built-in backend's is verified as itself: `envs_fast/mujoco_batch` is no file
     (verify exits 2), which cost a night its MuJoCo fast path after any container change."""
-    from orchestrator.runners.modal import reverify_specs
+    from orchestrator.runners.modal.runner import reverify_specs
 
     records = [{"spec": "/runs/.snapshots/t/exp-0003-verify-1a2b3c/envs_fast/cartpole_v1.py", "passed": True},
                {"spec": "envs_fast/cartpole_v1.rs", "passed": True},

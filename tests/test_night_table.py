@@ -145,7 +145,7 @@ def test_a_nights_conditions_tell_its_own_cpu_from_what_else_ran(tmp_path):
     import sys
     import time
 
-    from orchestrator.benchmark.nights import MachineLoad
+    from orchestrator.benchmark.machine_load import MachineLoad
 
     load = MachineLoad()
     # the night's own work: a child that burns a CPU second and is waited for

@@ -15,7 +15,8 @@ from optuna.distributions import CategoricalDistribution
 
 from orchestrator.agents.base import AgentContext, NoMoreProposals, Outcome
 from orchestrator.agents.hyperparameter_block import format_value, read_block, reads, training_path
-from orchestrator.agents.local_search import WIDEN_EVERY, distribution_for, key_of, neighbour
+from orchestrator.agents.local_search import WIDEN_EVERY
+from orchestrator.agents.search_space import distribution_for, key_of, neighbour
 from orchestrator.agents.optuna_agent import OptunaAgent
 from tests.conftest import AUTORL_ROOT, FAST, read_results, run_daemon
 

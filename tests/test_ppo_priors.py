@@ -9,7 +9,8 @@ import math
 import pytest
 
 from orchestrator.agents.hyperparameter_block import FIXED_NAMES, read_block
-from orchestrator.agents.local_search import search_space, towards_typical
+from orchestrator.agents.local_search import towards_typical
+from orchestrator.agents.search_space import search_space
 from orchestrator.agents.ppo_priors import PRIORS, prior_of
 from tests.conftest import AUTORL_ROOT
 

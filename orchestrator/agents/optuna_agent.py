@@ -48,7 +48,8 @@ from ..results import ResultsFile, RunFolder
 from .base import AgentContext, AgentError, NoMoreProposals, Outcome, Proposal
 from .hyperparameter_block import (TRAIN_SCRIPT, Constant, NoHyperparameterBlock, format_value, read_block,
                                    reads, training_path, write_block)
-from .local_search import LocalSearch, clip, search_space, widened
+from .local_search import LocalSearch
+from .search_space import clip, search_space, widened
 
 STUDY_NAME = "autorl"
 

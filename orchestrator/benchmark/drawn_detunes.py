@@ -19,7 +19,6 @@ nights it lacks (draws are reproducible from the seed).
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 
 import numpy as np

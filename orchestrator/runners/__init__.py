@@ -22,7 +22,7 @@ def make_runner(config: RunConfig, folder: RunFolder, workspace: Workspace, stop
     with this signature as Options.runner_factory)."""
     settings = RunnerSettings(config, folder)
     if config.runner == "modal":
-        from .modal import ModalRunner
+        from .modal.runner import ModalRunner
 
         return ModalRunner.from_options(settings, workspace, stop.requested, journal, harness_bytes)
     from .local import LocalRunner  # (envs_fast's Rust toolchain and the sandbox load only when a runner is built)
@@ -35,7 +35,7 @@ def cancel_handle(handle: dict, runner: Runner) -> bool:
     run's verify and bench run locally); a Modal call left by an earlier session of a run that now
     runs locally is cancelled through Modal directly."""
     if handle.get("kind") == "modal" and runner.name != "modal":
-        from .modal import cancel_call
+        from .modal.runner import cancel_call
 
         return cancel_call(handle)
     return runner.cancel(handle)

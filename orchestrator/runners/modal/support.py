@@ -1,4 +1,4 @@
-"""What the daemon shares with the Modal side (runners/modal_*.py, modal_app.py): the results
+"""What the daemon shares with the Modal side (runners/modal/, modal_app.py): the results
 volume's layout, a run's branch as a git bundle, and the credential checks made before anything
 is created on Modal.
 

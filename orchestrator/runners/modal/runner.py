@@ -6,7 +6,7 @@ harness, no held-out seed. The scoring container gets the trusted harness copy, 
 refuses another) and the policy bytes. Each call is recorded (its function-call id, and whether
 it waits for a container or runs) in the InFlight journal before it is waited on, so `status`
 shows it and `stop` and `--resume` cancel it. Time spent waiting for a GPU is never the
-candidate's (modal_calls.py): a call that never starts, or that Modal loses, is spawned again
+candidate's (calls.py): a call that never starts, or that Modal loses, is spawned again
 and at last recorded as the infrastructure's failure, not the code's.
 
 Verified backends travel with the work. Verify and bench (setup's, and each translate
@@ -18,7 +18,7 @@ carries them all, so train.py in the container chooses among the run's verified 
 translation kept during the night included. A training container whose environment is another
 (an image rebuilt with other packages) trains nothing and says so; the run's verdicts are then
 verified again in such a container, and the call made again.
-The Modal functions it calls are declared in modal_functions.py, their work in modal_experiment.py.
+The Modal functions it calls are declared in functions.py, their work in experiment.py.
 
 Compute is billed as the seconds a call was not seen queued times the price table: a GPU's rate
 plus its CPU cores' (`--modal-price-table FILE.json` overrides any entry, in USD per hour). Every
@@ -37,16 +37,15 @@ from typing import Any, Callable, Optional
 
 from envs_fast.protocol import is_file_spec, translation_files
 
-from ..daemon import log
-from ..inflight import InFlight
-from ..modal_support import eval_cpu
-from ..results import read_json
-from ..workspace import Workspace
-from ..results import ExpFolder
-from .base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
+from ...daemon import log
+from ...inflight import InFlight
+from ...results import ExpFolder, read_json
+from ...workspace import Workspace
+from ..base import (EvalOutcome, Measurement, RunnerSettings, Slot, StopCheck, TrainOutcome, VerifyOutcome,
                    add_evaluation, side_by_side_args, train_failure)
-from .local import VERDICT_EXITS, LocalRunner
-from .modal_calls import CallOutcome, CallPolicy, CallWatcher
+from ..local import VERDICT_EXITS, LocalRunner
+from .calls import CallOutcome, CallPolicy, CallWatcher
+from .support import eval_cpu
 
 # USD per hour, Modal's published on-demand rates; a JSON file with the same keys overrides them.
 DEFAULT_PRICES_PER_HOUR = {"H100": 3.95, "H200": 4.54, "B200": 6.25, "A100-80GB": 2.50, "A100": 2.10,
@@ -135,22 +134,22 @@ class ModalRunner:
     @classmethod
     def from_options(cls, settings: RunnerSettings, workspace: Workspace, should_stop: StopCheck, journal: InFlight,
                      harness_bytes: bytes) -> "ModalRunner":
-        """The real thing: the app of modal_functions.py, running for the whole session, with the
+        """The real thing: the app of functions.py, running for the whole session, with the
         run's --modal-* options (gpu, cpu, price table)."""
         import modal
 
-        from . import modal_functions  # imports modal: only a Modal run pays for it
+        from . import functions  # imports modal: only a Modal run pays for it
 
         options = settings.config.runner_options
-        gpu = options.get("gpu") or modal_functions.TRAIN_GPU
-        cpu = float(options.get("cpu") or modal_functions.TRAIN_CPU)
-        session = modal_functions.session(gpu, cpu)
+        gpu = options.get("gpu") or functions.TRAIN_GPU
+        cpu = float(options.get("cpu") or functions.TRAIN_CPU)
+        session = functions.session(gpu, cpu)
         functions = session.__enter__()
-        in_night_container = bool(os.environ.get(modal_functions.FUNCTION_IDS_ENV))
+        in_night_container = bool(os.environ.get(functions.FUNCTION_IDS_ENV))
         return cls(settings, workspace, should_stop, journal, harness_bytes, functions, modal.FunctionCall.from_id,
                    ComputePrices.load(options.get("price_table")), gpu, cpu,
                    close=lambda: session.__exit__(None, None, None),
-                   host_cpu=modal_functions.NIGHT_CPU if in_night_container else 0.0)
+                   host_cpu=functions.NIGHT_CPU if in_night_container else 0.0)
 
     # ------------------------------------------------------------ measure
     def measure(self, slot: Slot, commit: str, seed: int, budget_s: Optional[float] = None) -> Measurement:

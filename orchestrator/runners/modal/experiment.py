@@ -2,7 +2,7 @@
 (`train_archive`), what the scoring container does with a policy (`score_policy`), and
 `one_experiment`, the two in a row as `modal run modal_app.py` runs them.
 
-Nothing here imports modal: the Modal functions of modal_functions.py call these (and tests call
+Nothing here imports modal: the Modal functions of functions.py call these (and tests call
 them directly; tests/fake_modal.py runs them through those Modal functions, as a container would).
 """
 from __future__ import annotations
@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..artifacts import POLICY_NAMES, TRAIN_SCRIPT, find_policy, log_tail, parse_summary, train_env
-from ..config import budget_allowance
-from ..processes import file_fingerprint, run_group, scrubbed_env
+from ...artifacts import POLICY_NAMES, TRAIN_SCRIPT, find_policy, log_tail, parse_summary, train_env
+from ...config import budget_allowance
+from ...processes import file_fingerprint, run_group, scrubbed_env
 
 LOG_CAP_BYTES = 2_000_000    # the end of a train log that comes back
 EVAL_TIMEOUT_S = 1800        # the harness itself
@@ -46,7 +46,7 @@ CLEAN_STATE_FILE = ".autorl-clean-tmp"   # the temp folder's entries before the 
 def fresh_scratch() -> list[str]:
     """In a Modal container: remove what an earlier call left in the temp folder and return its names.
 
-    The candidate functions run in single-use containers (modal_functions.CANDIDATE_CONTAINER), so
+    The candidate functions run in single-use containers (functions.CANDIDATE_CONTAINER), so
     there is nothing to remove; should a container ever serve a second call, a confirmation must still
     not find its first run's weights or compile cache in /tmp. The first call records the folder's
     entries as the container started (before any candidate code ran); every later one removes the rest
@@ -310,7 +310,7 @@ def _time_budget(root: Path) -> float:
 def one_experiment(fns, root: Path, env_id: str, budget: float, seed: int, episodes: int) -> dict:
     """Train `root`'s HEAD with `fns.train`, score its artifact with `fns.evaluate` and root's
     evaluate.py on a fresh random seed, print both; returns {"train", "score", "eval_seed"}.
-    `fns` is a modal_functions.ModalFunctions (anything whose two members have `.remote`)."""
+    `fns` is a functions.ModalFunctions (anything whose two members have `.remote`)."""
     budget = budget or _time_budget(root)
     print(f"training HEAD of {root} on {env_id} for {budget:g}s (seed {seed}) ...")
     run = fns.train.remote(git_archive(root), env_id, budget, seed)

@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from ..daemon import log, progress, sleep_unless
-from ..inflight import InFlight
+from ...daemon import log, progress, sleep_unless
+from ...inflight import InFlight
 
 WAITING, RUNNING, UNKNOWN = "waiting", "running", "unknown"
 

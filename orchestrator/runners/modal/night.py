@@ -3,7 +3,7 @@ a clone of the checkout, its run copied to the results volume after every experi
 of an earlier night restored from it on --resume. On this machine: the checkout as a git bundle
 and the time zone that the night container is given.
 
-Nothing here imports modal: night_daemon of modal_functions.py calls run_night, and tests call
+Nothing here imports modal: night_daemon of functions.py calls run_night, and tests call
 these directly over local folders standing for the volume.
 """
 from __future__ import annotations
@@ -19,11 +19,11 @@ import threading
 from pathlib import Path
 from typing import Callable, Optional
 
-from ..modal_support import (BUNDLE_NAME, CONTAINER_SETTINGS, NIGHT_LOG_NAME, NOT_SYNCED, VOLUME_NAME, copy_changed,
+from .support import (BUNDLE_NAME, CONTAINER_SETTINGS, NIGHT_LOG_NAME, NOT_SYNCED, VOLUME_NAME, copy_changed,
                              fetch_branch_bundle, write_branch_bundle)
 
 # Set in the night container for the daemon it runs: the ids of the running app's functions,
-# which modal_functions.configured looks up instead of starting an app of its own.
+# which functions.configured looks up instead of starting an app of its own.
 FUNCTION_IDS_ENV = "AUTORL_MODAL_FUNCTIONS"
 DEFAULT_IDENTITY = ("autorl", "autorl@modal.invalid")
 
@@ -158,7 +158,7 @@ def run_night(bundle: bytes, env_id: str, tag: str, run_args: str, volume_root: 
     """Clone the checkout, run the daemon over it (its output to stdout and night.log), and keep
     `volume_root/<tag>/` up to date after every experiment; returns the daemon's exit code.
     `settings`: the container sizes of the machine the night was started from
-    (modal_support.container_settings), for the daemon's calls and bills."""
+    (support.container_settings), for the daemon's calls and bills."""
     work = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="autorl-night-"))
     work.mkdir(parents=True, exist_ok=True)
     checkout = clone_bundle(bundle, work / "autorl", identity)

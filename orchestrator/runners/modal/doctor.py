@@ -7,7 +7,7 @@ JAX physics port, mjx for a MuJoCo env, the Rust port built here). The jax-e2e r
 training call exactly: the verdict reached by `check_archive` (what a night's verify runs) handed over
 as a night hands its records over.
 
-Nothing here imports modal: `gpu_doctor` of modal_functions.py calls `diagnose`, and tests call it
+Nothing here imports modal: `gpu_doctor` of functions.py calls `diagnose`, and tests call it
 directly (on a machine without a GPU it reports exactly that, as problems).
 """
 from __future__ import annotations
@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 from typing import Optional
 
-from ..lockfile import differences, installed_versions
-from .modal_experiment import check_archive, extract_archive, train_archive
+from ...lockfile import differences, installed_versions
+from .experiment import check_archive, extract_archive, train_archive
 
 DOCTOR_ENV = "CartPole-v1"   # a shipped JAX translation exists for it, so both paths can run
 DOCTOR_BUDGET_S = 20.0

@@ -8,7 +8,7 @@ per call, `configured(gpu="A100", cpu=4)` returns the functions with those optio
 (`Function.with_options`): this is what the daemon's --modal-gpu/--modal-cpu go through.
 
 Importing this module makes no network call. The functions' work is plain Python in
-modal_experiment.py and modal_night.py; the image carries this package, so a container imports
+experiment.py and night.py; the image carries this package, so a container imports
 this module by its name.
 """
 from __future__ import annotations
@@ -21,13 +21,13 @@ from typing import NamedTuple, Optional
 
 import modal
 
-from ..lockfile import read_lock
-from ..modal_support import VOLUME_NAME, eval_cpu
-from .modal_doctor import DOCTOR_BUDGET_S, diagnose
-from .modal_experiment import EVAL_TIMEOUT_S, check_archive, score_policy, train_archive
-from .modal_night import DEFAULT_IDENTITY, FUNCTION_IDS_ENV, run_night
+from ...lockfile import read_lock
+from .doctor import DOCTOR_BUDGET_S, diagnose
+from .experiment import EVAL_TIMEOUT_S, check_archive, score_policy, train_archive
+from .night import DEFAULT_IDENTITY, FUNCTION_IDS_ENV, run_night
+from .support import VOLUME_NAME, eval_cpu
 
-ROOT = Path(__file__).resolve().parents[2]  # the checkout this package is part of: the image is built from it
+ROOT = Path(__file__).resolve().parents[3]  # the checkout this package is part of: the image is built from it
 IMAGE_FILES = ("pyproject.toml", "evaluate.py", "constraints.txt")
 LOCK_IN_IMAGE = "/root/constraints.txt"
 PIP_LOCKED = f"-c {LOCK_IN_IMAGE}"  # every pip step of the image installs the tested versions (as make install)
@@ -118,7 +118,7 @@ def train_experiment(archive: bytes, env_id: str, budget: float, seed: int, grac
 def check_backend(archive: bytes, env_id: str, stage: str, args: list, records: dict, timeout_s: float,
                   budget_s: float = 0.0) -> dict:
     """Verify or benchmark a backend of a commit in a train container (the GPU training will run
-    on): its verdict and figures, keyed as this container keys them (modal_experiment.check_archive)."""
+    on): its verdict and figures, keyed as this container keys them (experiment.check_archive)."""
     return check_archive(archive, env_id, stage, list(args), records, timeout_s, budget_s=budget_s)
 
 
@@ -133,7 +133,7 @@ def evaluate_policy(harness: bytes, harness_sha256: str, policy: bytes, env_id: 
 @app.function(gpu=exact_gpu(TRAIN_GPU), cpu=TRAIN_CPU, timeout=1800, **CANDIDATE_CONTAINER)
 def gpu_doctor(archive: bytes, budget: float = DOCTOR_BUDGET_S) -> dict:
     """The driver, what torch and JAX see, the commit's train.py on CartPole on each path, and the
-    speed of its JAX physics ports, in a train container (modal_doctor.diagnose)."""
+    speed of its JAX physics ports, in a train container (doctor.diagnose)."""
     return diagnose(archive, budget=budget)
 
 

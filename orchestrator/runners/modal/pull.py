@@ -12,7 +12,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
-from .modal_support import (BUNDLE_NAME, TOKEN_HINT, VOLUME_NAME, check_modal_reachable,
+from .support import (BUNDLE_NAME, TOKEN_HINT, VOLUME_NAME, check_modal_reachable,
                             fetch_branch_bundle)
 
 
