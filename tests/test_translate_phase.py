@@ -231,3 +231,55 @@ def test_translate_lang_rust_without_rustc_is_refused_in_one_line(autorl_repo, t
     assert proc.returncode != 0
     assert "rustc is not on PATH" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (repo / "results" / "n").exists()
+
+
+@pytest.mark.long
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.skipif(shutil.which("rustc") is None, reason="rustc not found on PATH")
+def test_a_bipedalwalker_port_with_a_physics_bug_fails_l2_then_its_repair_is_kept_and_trains_faster(
+        autorl_repo, tmp_path):
+    """The headline env's translate experiment end to end (issue 59; bench/bipedal_translate_repair.py
+    runs it at a 60 s budget): the replay agent writes the Rust port with the terrain's friction
+    wrong, the verifier at the daemon's own settings fails L2 naming the fields and the state, the
+    repair (the shipped port) passes L1-L3 and is kept, and the next train experiment steps it."""
+    rust_path, sync_path = "envs_fast/bipedalwalker_v3.rs", "envs_fast/bipedalwalker_v3_sync.py"
+    repo = autorl_repo()
+    checkout = git.Repo(repo)   # no BipedalWalker port yet: the incumbent is envpool
+    checkout.index.remove([rust_path, sync_path, "envs_fast/bipedalwalker_v3.py"], working_tree=True)
+    checkout.index.commit("no BipedalWalker port yet")
+    correct, sync = (AUTORL_ROOT / rust_path).read_text(), (AUTORL_ROOT / sync_path).read_text()
+    buggy = correct.replace("const FRICTION: f64 = 2.5;", "const FRICTION: f64 = 2.0;")
+    assert buggy != correct
+    replay = write_replay(tmp_path / "replay", {1: {rust_path: buggy, sync_path: sync,
+                                                    "DESCRIPTION": "BipedalWalker in Rust"}})
+    write_replay(replay, {1: {}})
+    (replay / "001.r1" / "envs_fast").mkdir(parents=True)
+    (replay / "001.r1" / rust_path).write_text(correct)
+    (replay / "001.r1" / "DESCRIPTION").write_text("the terrain's friction is 2.5")
+
+    proc = run_daemon(repo, "run", "--env", "BipedalWalker-v3", "--tag", "bw", "--agent", "replay",
+                      "--replay-dir", str(replay), "--budget", "12", "--translate-lang", "rust",
+                      "--phases", "translate,train", "--schedule", "translate:1,train:1", "--max-experiments", "2",
+                      "--no-setup-verify", *FAST, "--grace", "30", timeout=1700)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = read_results(repo, "bw")
+    assert list(rows.status) == ["baseline", "baseline", "keep", "baseline"], rows
+    assert list(rows.phase) == ["train", "train", "translate", "train"]
+    assert "after 1 repair round" in rows.iloc[2].description
+    run_dir = repo / "results" / "bw"
+    first = (run_dir / "exp-0001" / "verify.r0.log").read_text()
+    assert "L2 interactions: FAIL" in first
+    differing = first.split("differing fields", 1)[1]
+    assert re.search(r"obs\[\d+\]: \S+ -> \S+", differing)      # the fields, reference -> port
+    assert "state: " in differing and ".hull_angle=" in differing   # and the state they differ from
+    assert "L1 properties: PASS, L2 interactions: PASS, L3 rollouts: PASS" in \
+        (run_dir / "exp-0001" / "verify.r1.log").read_text()
+    record = json.loads((run_dir / "exp-0001" / "translate.json").read_text())
+    assert record["incumbent"] == "envpool" and record["speedup_lower_bound"] > 1
+    assert git.Repo(repo).commit("autorl/bw").tree[rust_path].data_stream.read().decode() == correct
+    # the next train experiment steps the kept port from train.py's jax-host loop, faster than envpool
+    rebaseline_log = (run_dir / "exp-0002" / "train.log").read_text()
+    assert summary_value(rebaseline_log, "path") == "jax-host"
+    assert summary_value(rebaseline_log, "backend").endswith("bipedalwalker_v3.rs")
+    assert rows.iloc[3].sps > rows.iloc[:2].sps.mean(), rows
