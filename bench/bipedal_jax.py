@@ -1,4 +1,4 @@
-"""The JAX BipedalWalker-v3 port (envs_fast/bipedalwalker_v3.py) beside the Rust one: raw steps/s in
+"""The JAX BipedalWalker-v3 port (envs_fast/translations/bipedalwalker_v3.py) beside the Rust one: raw steps/s in
 interleaved rounds (envs_fast.throughput.measure, every figure under the same load), its compile time,
 and how far one of its steps from a synced reference state deviates, per field.
 
@@ -28,8 +28,8 @@ from envs_fast.throughput import jax_runner, measure, reference_runner, rust_run
 
 ENV_ID = "BipedalWalker-v3"
 ROOT = Path(__file__).resolve().parent.parent
-JAX_SOURCE = ROOT / "envs_fast" / "bipedalwalker_v3.py"
-RUST_SOURCE = ROOT / "envs_fast" / "bipedalwalker_v3.rs"
+JAX_SOURCE = ROOT / "envs_fast" / "translations" / "bipedalwalker_v3.py"
+RUST_SOURCE = ROOT / "envs_fast" / "translations" / "bipedalwalker_v3.rs"
 ATOL, RTOL = 1e-5, 1e-4
 
 
@@ -46,7 +46,7 @@ def _samples(count: int, seed: int):
     import gymnasium as gym
     import numpy as np
 
-    from envs_fast import bipedalwalker_v3 as port
+    from envs_fast.translations import bipedalwalker_v3 as port
 
     rng = np.random.default_rng(seed)
     samples = []
@@ -76,7 +76,7 @@ def deviation(count: int, seed: int, batch: int = 64) -> dict:
     import jax
     import numpy as np
 
-    from envs_fast import bipedalwalker_v3 as port
+    from envs_fast.translations import bipedalwalker_v3 as port
 
     step = jax.jit(jax.vmap(port.step))
     reference = gym.make(ENV_ID)

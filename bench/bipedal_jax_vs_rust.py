@@ -1,4 +1,4 @@
-"""The JAX BipedalWalker-v3 port (envs_fast/bipedalwalker_v3.py) against the Rust port and gymnasium on the
+"""The JAX BipedalWalker-v3 port (envs_fast/translations/bipedalwalker_v3.py) against the Rust port and gymnasium on the
 states where `verify` told it apart (bench/results/bipedal-jax-verify-2026-11-26.txt), rebuilt the way
 the verifier builds them, and along L3's scripted trajectories.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from envs_fast import bipedalwalker_v3_sync as sync  # noqa: E402
+from envs_fast.translations import bipedalwalker_v3_sync as sync  # noqa: E402
 from envs_fast.probes import (ReferenceStepper, _replace_component, collect_rollout_samples,  # noqa: E402
                               field_names, flat_values, scripted_plans)
 from envs_fast.rust_backend import load_rust  # noqa: E402
@@ -158,7 +158,7 @@ def trajectories(ctx, stepper, count: int):
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--jax-file", default=str(ROOT / "envs_fast" / "bipedalwalker_v3.py"))
+    parser.add_argument("--jax-file", default=str(ROOT / "envs_fast" / "translations" / "bipedalwalker_v3.py"))
     parser.add_argument("--no-rollout-states", action="store_true", help="only the two failing L2 states")
     parser.add_argument("--no-trajectories", action="store_true")
     parser.add_argument("--trajectories", type=int, default=5)
@@ -166,7 +166,7 @@ def main() -> int:
     warnings.simplefilter("ignore", UserWarning)
     started = time.perf_counter()
     ctx = Context.open(ENV_ID, args.jax_file, Settings())
-    rust = load_rust(str(ROOT / "envs_fast" / "bipedalwalker_v3.rs"), ENV_ID)
+    rust = load_rust(str(ROOT / "envs_fast" / "translations" / "bipedalwalker_v3.rs"), ENV_ID)
     stepper = QuickStepper(ENV_ID, ctx.backend)
     print(f"JAX port {args.jax_file}, jax {jax.__version__} on {jax.devices()[0].platform}")
     rollout = rollout_samples(ctx, stepper)

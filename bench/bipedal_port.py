@@ -30,7 +30,7 @@ from pathlib import Path
 from envs_fast.throughput import Runner, measure, reference_runner, rust_runner  # noqa: E402
 
 ENV_ID = "BipedalWalker-v3"
-SOURCE = Path(__file__).resolve().parent.parent / "envs_fast" / "bipedalwalker_v3.rs"
+SOURCE = Path(__file__).resolve().parent.parent / "envs_fast" / "translations" / "bipedalwalker_v3.rs"
 
 
 def envpool_runner(num_envs: int, seed: int = 0, chunk: int = 16) -> Runner | None:
@@ -75,7 +75,7 @@ def step_match(steps: int, seed: int) -> dict:
     import numpy as np
     from gymnasium.envs.box2d.bipedal_walker import BipedalWalkerHeuristics
 
-    from envs_fast import bipedalwalker_v3_sync as sync
+    from envs_fast.translations import bipedalwalker_v3_sync as sync
     from envs_fast.rust_backend import load_rust
 
     port = load_rust(str(SOURCE), ENV_ID)

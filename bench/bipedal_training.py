@@ -1,7 +1,7 @@
 """BipedalWalker-v3 training side by side: candidate/train.py's PPO for the same budget on the two host
-backends (envpool, the Rust port envs_fast/bipedalwalker_v3.rs), as the daemon runs it (the jax-host
+backends (envpool, the Rust port envs_fast/translations/bipedalwalker_v3.rs), as the daemon runs it (the jax-host
 path; `jax-e2e:SPEC` trains a JAX translation end to end, `jax-host:SPEC` steps it from the host). --env trains another env (its Rust translation
-envs_fast/<slug>.rs for `rust`; `mujoco_batch` for a MuJoCo env, `reference` for gymnasium's vector env,
+envs_fast/translations/<slug>.rs for `rust`; `mujoco_batch` for a MuJoCo env, `reference` for gymnasium's vector env,
 any backend spec train.py takes). Figures per run: env steps trained in the budget (the clock starts
 with the process: imports, env start-up and JAX's compile count), the training loop's sps, compile
 seconds, updates, and (with --episodes) the artifact's score from evaluate.py.
@@ -178,7 +178,7 @@ def checkout(root: Path, base: Path, backend: str, constants: dict[str, str] | N
 def rust_translation(root: Path, env_id: str) -> Path:
     from envs_fast import slug
 
-    return root / "envs_fast" / f"{slug(env_id)}.rs"
+    return root / "envs_fast" / "translations" / f"{slug(env_id)}.rs"
 
 
 def backend_spec(root: Path, env_id: str, backend: str) -> str:

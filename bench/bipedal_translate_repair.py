@@ -28,7 +28,7 @@ import git
 from orchestrator.artifacts import parse_summary
 from tests.conftest import AUTORL_ROOT, daemon_cmd, daemon_env, make_checkout, read_results, write_replay
 
-RUST, SYNC, JAX = "envs_fast/bipedalwalker_v3.rs", "envs_fast/bipedalwalker_v3_sync.py", "envs_fast/bipedalwalker_v3.py"
+RUST, SYNC, JAX = (f"envs_fast/translations/bipedalwalker_v3{end}" for end in (".rs", "_sync.py", ".py"))
 BUGS = {  # file, the shipped text, the bug
     "friction": (RUST, "const FRICTION: f64 = 2.5;", "const FRICTION: f64 = 2.0;"),
     "sync": (SYNC, "        body.angularVelocity = s[o + 5]\n", ""),

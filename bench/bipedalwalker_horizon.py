@@ -15,13 +15,12 @@ import argparse
 import json
 import time
 import warnings
-from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
 
 
-from envs_fast import bipedalwalker_v3_sync as sync  # noqa: E402
+from envs_fast.translations import bipedalwalker_v3_sync as sync  # noqa: E402
 
 ATOL, RTOL = 1e-5, 1e-4
 

@@ -63,8 +63,8 @@ CASES = {c.name: c for c in (
     Case("halfcheetah-720s", "HalfCheetah-v5", 720, (1, 2, 3), "at least the old host path's mean",
          old_constants=(("LEARNER", '"torch"'),)),
 )}
-PORTS = {"CartPole-v1": "envs_fast/cartpole_v1.py", "Pendulum-v1": "envs_fast/pendulum_v1.py",
-         "BipedalWalker-v3": "envs_fast/bipedalwalker_v3.rs", "HalfCheetah-v5": "mujoco_batch"}
+PORTS = {"CartPole-v1": "envs_fast/translations/cartpole_v1.py", "Pendulum-v1": "envs_fast/translations/pendulum_v1.py",
+         "BipedalWalker-v3": "envs_fast/translations/bipedalwalker_v3.rs", "HalfCheetah-v5": "mujoco_batch"}
 
 
 def git(*args: str) -> str:

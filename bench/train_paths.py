@@ -5,7 +5,7 @@ per env and budget.
     python -m bench.train_paths [--envs CartPole-v1,Acrobot-v1,Pendulum-v1] [--budgets 10,30] [--seed 1]
                                 [--episodes 100] [--eval-seed 12345] [--bipedal [SECONDS]] [--json FILE]
 
-For each env: its shipped translation envs_fast/<slug>.py is verified (L1-L3) into a private verdict
+For each env: its shipped translation envs_fast/translations/<slug>.py is verified (L1-L3) into a private verdict
 cache, as run setup does. candidate/train.py then runs unmodified, as the daemon runs it: with an
 empty verdict cache `backend="auto"` resolves to envpool (the jax-host path), with the verified one to
 the translation (the jax-e2e path). Each artifact is scored by evaluate.py (the harness) over

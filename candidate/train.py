@@ -9,9 +9,9 @@ backend's choice, the compilation cache, the curve line, the export check) is tr
 which no experiment may change.
 
 One learner, fed two ways, by the backend train_plumbing.choose_backend picks (the fastest verified):
-- jax-e2e: a functional JAX backend (envs_fast/<slug>.py, gymnax) with END_TO_END: the rollout (a
+- jax-e2e: a functional JAX backend (envs_fast/translations/<slug>.py, gymnax) with END_TO_END: the rollout (a
   lax.scan over JAX_NUM_STEPS steps of JAX_NUM_ENVS vmapped envs) and `learn` are one compiled call.
-- jax-host: any other backend (a Rust port envs_fast/<slug>.rs, envpool, gymnasium), stepped from
+- jax-host: any other backend (a Rust port envs_fast/translations/<slug>.rs, envpool, gymnasium), stepped from
   Python with one compiled policy call per step; `learn` takes each rollout of NUM_STEPS x NUM_ENVS.
 The clock starts with the process (imports and compiling count); no iteration starts that would end
 past the budget. What makes it strong: observation and reward normalisation; NEXT_STEP autoreset

@@ -26,7 +26,7 @@ def _gate(verified_only: bool | None) -> bool:
 def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None, root: str | Path | None = None,
                  verified_only: bool | None = None):
     """A `gymnasium.vector.VectorEnv` over the backend SPEC: a translation file path (JAX `.py` or
-    Rust `.rs`), "jax"/"translation" (`envs_fast/<slug>.py`), "rust" (`envs_fast/<slug>.rs`),
+    Rust `.rs`), "jax"/"translation" (`envs_fast/translations/<slug>.py`), "rust" (`envs_fast/translations/<slug>.rs`),
     "mujoco_batch" (gymnasium's MuJoCo v5 envs on mujoco.batch), "mjx" (the same envs on MJX, functional
     JAX), "envpool", "gymnax" or "reference".
 
@@ -72,7 +72,7 @@ def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None, e
     `make_vec_env(backend="auto")` uses (a translation file path, "gymnax", "envpool" or "reference").
 
     Candidates, in the default order:
-      1. the translations `<root>/envs_fast/<slug>.py` (JAX) and `<root>/envs_fast/<slug>.rs` (Rust;
+      1. the translations `<root>/envs_fast/translations/<slug>.py` (JAX) and `<root>/envs_fast/translations/<slug>.rs` (Rust;
          root: this repository), each if its cached verdict for its current content passes;
       2. "mujoco_batch" (envs_fast/mujoco_batch.py: the MuJoCo env's Python over the reference's own
          engine, batched), if it covers the env and its cached verdict passes;

@@ -3,7 +3,7 @@
 A translation of a physics engine written in C or C++ (Box2D) is verified bit for bit against it; jitted
 on XLA's CPU backend, the same arithmetic rounds otherwise (below), and an iterative solver carries that
 last bit on until the trajectories part. `rounded_like_c(fn)` is fn with the same arguments and results,
-traced to a jaxpr and evaluated with every rounding C would do kept apart (envs_fast/bipedalwalker_v3.py
+traced to a jaxpr and evaluated with every rounding C would do kept apart (envs_fast/translations/bipedalwalker_v3.py
 runs its step and reset through it).
 """
 from __future__ import annotations

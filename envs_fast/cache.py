@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -36,16 +35,16 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 CACHE_ENV_VAR = "AUTORL_VERIFY_CACHE"
 PACKAGES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
             "gymnasium", "numpy", "scipy", "torch", "envpool", "gymnax", "box2d-py", "box2d", "mujoco", "mujoco-mjx")
-# A translation is `<env slug>.py`, `<env slug>.rs` or `<env slug>_sync.py` (slugs end in _v<N>); every
+# Translations live in envs_fast/translations/ (a record of one holds its own file's hash); every
 # other module of envs_fast decides verdicts or figures, so its source is in every key.
-TRANSLATION_NAME = re.compile(r"^[a-z0-9_]+_v\d+(_sync)?$")
+TRANSLATIONS = "translations"
 
 
 def decisive_sources(package_dir: Path | None = None) -> list[Path]:
     """The modules of envs_fast whose source is part of every record's key: all but the translations."""
     package_dir = package_dir or PACKAGE_DIR
-    found = list(package_dir.glob("*.py")) + list(package_dir.glob("verify/*.py"))
-    return sorted(p for p in found if not TRANSLATION_NAME.match(p.stem))
+    return sorted(p for p in package_dir.rglob("*.py")
+                  if p.relative_to(package_dir).parts[0] != TRANSLATIONS and "__pycache__" not in p.parts)
 
 
 @contextlib.contextmanager

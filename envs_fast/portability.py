@@ -4,7 +4,7 @@ A translation (JAX or Rust) reimplements the reference's step and must sync stat
 possible for environments written in Python (classic control, toy text, `envs/<name>/` created ones),
 not for ones that step a compiled physics engine with no port to translate to: MuJoCo has one (MJX)
 only when `mujoco-mjx` is installed, and Box2D has none in general. A Box2D env for which this
-checkout ships a port of its scene (BipedalWalker-v3: envs_fast/bipedalwalker_v3.rs, Box2D 2.3's
+checkout ships a port of its scene (BipedalWalker-v3: envs_fast/translations/bipedalwalker_v3.rs, Box2D 2.3's
 solver translated) is translatable: translate experiments improve that port. The daemon asks this
 before it schedules translate experiments for a code-writing agent. Decided by the env spec's entry
 point module and the shipped files alone: nothing is instantiated. MuJoCo envs that
@@ -94,7 +94,7 @@ def no_port_reason(env_id: str, root: Optional[Path] = None) -> Optional[str]:
                     return f"{env_id} steps the {engine} physics engine ({module}), which has no JAX or Rust port"
                 if shipped.suffix == ".rs" and shutil.which("rustc") is None:
                     return (f"{env_id} steps the {engine} physics engine ({module}); its port "
-                            f"envs_fast/{shipped.name} is Rust and rustc is not on PATH (install it: rustup.rs)")
+                            f"envs_fast/translations/{shipped.name} is Rust and rustc is not on PATH (install it: rustup.rs)")
                 return None
             if not _importable(port):
                 batched = engine_backend(env_id)

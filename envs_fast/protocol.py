@@ -42,13 +42,14 @@ def slug(env_id: str) -> str:
 
 
 TRANSLATION_SUFFIXES = {"jax": ".py", "rust": ".rs"}
+TRANSLATIONS_DIR = "translations"   # envs_fast/translations/: one env's files together, apart from the machinery
 
 
 def translation_path(env_id: str, root: str | Path | None = None, lang: str = "jax") -> Path:
-    """Where the translation of `env_id` in `lang` ("jax" or "rust") lives: `<root>/envs_fast/<slug>.py`
+    """Where the translation of `env_id` in `lang` ("jax" or "rust") lives: `<root>/envs_fast/translations/<slug>.py`
     or `.rs` (root: the repository)."""
     base = Path(root) / "envs_fast" if root is not None else PACKAGE_DIR
-    return base / f"{slug(env_id)}{TRANSLATION_SUFFIXES[lang]}"
+    return base / TRANSLATIONS_DIR / f"{slug(env_id)}{TRANSLATION_SUFFIXES[lang]}"
 
 
 @dataclass
@@ -151,7 +152,7 @@ def is_rust_spec(spec: str) -> bool:
 
 def sync_companion(rust_path: str | Path) -> Path:
     """The Python file next to a Rust translation that syncs its state with the reference (required:
-    without it the translation is refused): `envs_fast/<slug>.rs` -> `envs_fast/<slug>_sync.py`."""
+    without it the translation is refused): `envs_fast/translations/<slug>.rs` -> `envs_fast/translations/<slug>_sync.py`."""
     path = Path(rust_path)
     return path.with_name(path.stem + "_sync.py")
 

@@ -1,4 +1,4 @@
-"""Rust translations: ONE std-only source file `envs_fast/<slug>.rs` per environment, compiled with
+"""Rust translations: ONE std-only source file `envs_fast/translations/<slug>.rs` per environment, compiled with
 rustc into a shared library and stepped through ctypes, a whole batch of envs per C call.
 
 The C ABI, version 1 (the worked examples `cartpole_v1.rs` and `acrobot_v1.rs` follow it exactly):
@@ -23,7 +23,7 @@ The state is float64 like the reference (gymnasium's classic control computes in
 synced state steps to within ~1e-12 of the reference. Large batches may be stepped on several
 threads (`std::thread::scope`); results must not depend on the split.
 
-State sync (required, like a JAX translation's): `envs_fast/<slug>_sync.py` next to the source defines
+State sync (required, like a JAX translation's): `envs_fast/translations/<slug>_sync.py` next to the source defines
 `state_from_reference(env)` (the state as numbers in the order of `autorl_state_fields`) and
 `state_to_reference(state, env)` (state indexable in that order). Without it `load_rust` refuses the
 translation ("protocol incomplete", the verifier's exit 2): only a synced state lets L2 compare single

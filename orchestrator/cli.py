@@ -156,7 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     phases.add_argument("--bench-seconds", type=_positive_float, default=2.0, help=argparse.SUPPRESS)
     phases.add_argument("--no-setup-verify", dest="setup_verify", action="store_false",
                         help="a new run skips verifying (L1-L3) and benchmarking the backends its commit ships "
-                             "(envs_fast/<slug>.py/.rs, gymnax): the baseline trains on what is already verified")
+                             "(envs_fast/translations/<slug>.py/.rs, gymnax): the baseline trains on what is already verified")
     adv = run.add_argument_group("advanced (mainly for tests)")
     adv.add_argument("--eval-episodes", type=_positive_int, metavar="N",
                      help="evaluation episodes (default: evaluate.NUM_EVAL_EPISODES)")

@@ -316,8 +316,8 @@ def translate_languages(choice: str) -> tuple[str, ...]:
 
 
 class TranslatePhase(Phase):
-    """Write or repair a translation of the env (JAX `envs_fast/<slug>.py` or Rust
-    `envs_fast/<slug>.rs` with its state-sync companion `envs_fast/<slug>_sync.py`); verify L1-L3
+    """Write or repair a translation of the env (JAX `envs_fast/translations/<slug>.py` or Rust
+    `envs_fast/translations/<slug>.rs` with its state-sync companion `envs_fast/translations/<slug>_sync.py`); verify L1-L3
     (with repair rounds); benchmark; keep when verified and faster, as train.py would train on it,
     than the backend training uses now, measured side by side beyond the measurement's noise."""
 
@@ -327,7 +327,7 @@ class TranslatePhase(Phase):
         self.languages = languages
 
     def translation(self, env_id: str, lang: str = "jax") -> str:
-        """The translation's repo-relative path: envs_fast/<slug>.py or envs_fast/<slug>.rs."""
+        """The translation's repo-relative path: envs_fast/translations/<slug>.py or <slug>.rs."""
         return translation_path(env_id, ".", lang).as_posix()
 
     def files(self, env_id: str, lang: str) -> list[str]:

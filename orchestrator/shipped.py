@@ -1,6 +1,6 @@
 """The backends a checkout ships, verified at setup: before its baseline, a run verifies (L1-L3) and
-benchmarks the translations its start commit holds for the env (JAX `envs_fast/<slug>.py`, Rust
-`envs_fast/<slug>.rs`) and gymnax where gymnax has the env, so that the baseline already trains on
+benchmarks the translations its start commit holds for the env (JAX `envs_fast/translations/<slug>.py`, Rust
+`envs_fast/translations/<slug>.rs`) and gymnax where gymnax has the env, so that the baseline already trains on
 the fastest verified backend (envs_fast.choose_backend reads the run's verdict cache, which starts
 empty).
 
@@ -69,7 +69,7 @@ class Stage:
 @dataclass
 class Shipped:
     """One backend the start commit ships, as setup finds it."""
-    spec: str                     # as the runner verifies it: "envs_fast/cartpole_v1.py" or "gymnax"
+    spec: str                     # as the runner verifies it: "envs_fast/translations/cartpole_v1.py" or "gymnax"
     local: str                    # the same in this setup's copy of the commit (record names hash its content)
     folder: ExpFolder             # results/<tag>/setup/<name>/
     passed: Optional[bool] = None
@@ -132,7 +132,7 @@ def unverified_rivals(env_id: str, specs: list[str], environment: Optional[dict]
 
 
 def choice_line(choice: dict) -> str:
-    """`training backend: envs_fast/cartpole_v1.py (verified L1-L3 at setup, 1.12M train sps vs 60k
+    """`training backend: envs_fast/translations/cartpole_v1.py (verified L1-L3 at setup, 1.12M train sps vs 60k
     reference (one gymnasium env)) -> jax-e2e`, from backend.json."""
     return f"training backend: {choice.get('backend', '?')} ({choice.get('why', '')}) -> {choice.get('path', '?')}"
 

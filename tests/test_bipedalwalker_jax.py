@@ -1,4 +1,4 @@
-"""BipedalWalker-v3 in JAX (envs_fast/bipedalwalker_v3.py) against gymnasium's Box2D reference: its
+"""BipedalWalker-v3 in JAX (envs_fast/translations/bipedalwalker_v3.py) against gymnasium's Box2D reference: its
 parts (mass data, one contact manifold, the lidar) and whole steps from states synced from the
 reference, a batch whose rows step as single envs do, and a short rollout that tracks the reference.
 
@@ -20,8 +20,8 @@ import pytest
 
 pytest.importorskip("Box2D", reason="BipedalWalker's reference needs Box2D (gymnasium[box2d])")
 
-from envs_fast import bipedalwalker_v3 as port  # noqa: E402
-from envs_fast import bipedalwalker_v3_sync as sync  # noqa: E402
+from envs_fast.translations import bipedalwalker_v3 as port  # noqa: E402
+from envs_fast.translations import bipedalwalker_v3_sync as sync  # noqa: E402
 from envs_fast.rust_backend import load_rust  # noqa: E402
 from envs_fast.rust_build import rustc_available  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The Rust port of BipedalWalker-v3 (envs_fast/bipedalwalker_v3.rs + _sync.py) against the real
+"""The Rust port of BipedalWalker-v3 (envs_fast/translations/bipedalwalker_v3.rs + _sync.py) against the real
 gymnasium env on pybox2d: Box2D's pieces one by one (mass data, edge-polygon manifolds, lidar ray
 casts, time of impact, a joints-only solve in the air), then whole steps from states synced off
 real rollouts (random actions and gymnasium's heuristic walker), the state round trip, and the
@@ -20,13 +20,13 @@ from scipy import stats  # noqa: E402
 
 from envs_fast.rust_backend import load_rust  # noqa: E402
 from envs_fast.rust_build import rustc_available  # noqa: E402
-from envs_fast import bipedalwalker_v3_sync as sync  # noqa: E402
+from envs_fast.translations import bipedalwalker_v3_sync as sync  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH"),
               pytest.mark.usefixtures("module_private_cache")]
 
 ENV_ID = "BipedalWalker-v3"
-SOURCE = "envs_fast/bipedalwalker_v3.rs"
+SOURCE = "envs_fast/translations/bipedalwalker_v3.rs"
 F32P = ctypes.POINTER(ctypes.c_float)
 F64P = ctypes.POINTER(ctypes.c_double)
 # step matching: Box2D rounds in float32, the observation is float32; a synced step is exact here,

@@ -1,5 +1,5 @@
 """Verification of the Rust BipedalWalker-v3 port through the levels (envs_fast/verify with the
-declarations of envs_fast/bipedalwalker_v3_sync.py): the kinds of state L2 must step from occur and
+declarations of envs_fast/translations/bipedalwalker_v3_sync.py): the kinds of state L2 must step from occur and
 are counted, and a port that differs from the reference fails its level naming the field, the state
 and the figures (a changed constant compiled into a copy of the port, or a wrapper that moves one
 observation field). The whole verification's run lives in bench/results/bipedalwalker-verify-*."""
@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("Box2D", reason="BipedalWalker's reference needs Box2D (gymnasium[box2d])")
 
 from envs_fast import backend as backends  # noqa: E402
-from envs_fast import bipedalwalker_v3_sync as sync  # noqa: E402
+from envs_fast.translations import bipedalwalker_v3_sync as sync  # noqa: E402
 from envs_fast.rust_build import rustc_available  # noqa: E402
 from envs_fast.verify import Settings, verify  # noqa: E402
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("private_cache")
 
 REPO = Path(__file__).resolve().parent.parent
 ENV_ID = "BipedalWalker-v3"
-SOURCE = REPO / "envs_fast" / "bipedalwalker_v3.rs"
+SOURCE = REPO / "envs_fast" / "translations" / "bipedalwalker_v3.rs"
 needs_rustc = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
 # Small enough for the suite (a few hundred L2 states; the full run is bench/results/bipedalwalker-verify-*).
 QUICK = Settings(reset_samples=150, state_reset_samples=120, l2_target=100, l2_policy_steps=10, rollout_steps=30,
@@ -80,7 +80,7 @@ def _mutant(tmp_path, old: str, new: str) -> Path:
     assert text.count(old) == 1, f"mutation anchor {old!r} not found once"
     path = tmp_path / SOURCE.name
     path.write_text(text.replace(old, new))
-    (tmp_path / "bipedalwalker_v3_sync.py").write_text((REPO / "envs_fast" / "bipedalwalker_v3_sync.py").read_text())
+    (tmp_path / "bipedalwalker_v3_sync.py").write_text((REPO / "envs_fast" / "translations" / "bipedalwalker_v3_sync.py").read_text())
     return path
 
 
@@ -109,7 +109,7 @@ def test_a_sync_field_left_out_fails_l2_naming_the_fields_and_the_state(tmp_path
     path = tmp_path / SOURCE.name
     path.write_text(SOURCE.read_text())  # the port as shipped, beside a sync with the field left out
     sync_path = tmp_path / "bipedalwalker_v3_sync.py"
-    text = (REPO / "envs_fast" / "bipedalwalker_v3_sync.py").read_text()
+    text = (REPO / "envs_fast" / "translations" / "bipedalwalker_v3_sync.py").read_text()
     assert text.count("        body.angularVelocity = s[o + 5]\n") == 1
     sync_path.write_text(text.replace("        body.angularVelocity = s[o + 5]\n", ""))
     report = verify(ENV_ID, str(path), (2,), QUICK)

@@ -111,7 +111,7 @@ def test_record_episode_statistics_over_the_adapter():
 
 
 def test_make_vec_env_specs():
-    path = str(REPO / "envs_fast" / "cartpole_v1.py")
+    path = str(REPO / "envs_fast" / "translations" / "cartpole_v1.py")
     for spec in ("jax", "translation", path, "gymnax", "envpool", "reference"):
         venv = envs_fast.make_vec_env(spec, "CartPole-v1", 3, seed=0)
         assert isinstance(venv, VectorEnv) and venv.num_envs == 3, spec

@@ -19,7 +19,7 @@ from envs_fast.verify import Settings, verify
 pytestmark = pytest.mark.usefixtures("private_cache")
 
 REPO = Path(__file__).resolve().parent.parent
-SHIPPED = REPO / "envs_fast" / "cartpole_v1.py"
+SHIPPED = REPO / "envs_fast" / "translations" / "cartpole_v1.py"
 QUICK = Settings(reset_samples=300, l2_target=600, l3_trajectories=8, rollout_steps=120)
 ENV = "CartPole-v1"  # envpool has it, gymnax has it, a translation ships for it
 
@@ -29,7 +29,7 @@ def root(tmp_path):
     """A repository root whose envs_fast/ holds a copy of the shipped CartPole translation."""
     root = tmp_path / "repo"
     (root / "envs_fast").mkdir(parents=True)
-    shutil.copy(SHIPPED, root / "envs_fast" / "cartpole_v1.py")
+    shutil.copy(SHIPPED, root / "envs_fast" / "translations" / "cartpole_v1.py")
     return root
 
 
@@ -38,7 +38,7 @@ def passes(spec):
 
 
 def test_only_a_translation_verified_for_its_current_content_is_chosen(root):
-    translation = root / "envs_fast" / "cartpole_v1.py"
+    translation = root / "envs_fast" / "translations" / "cartpole_v1.py"
     assert envs_fast.choose_backend(ENV, 8, root=root) == "envpool"  # unverified: envpool, the default
 
     assert verify(ENV, "jax", (1, 2, 3), QUICK, root=root).passed
@@ -52,7 +52,7 @@ def test_only_a_translation_verified_for_its_current_content_is_chosen(root):
 
 
 def test_the_fastest_at_the_nearest_measured_env_count_wins(root):
-    translation = str(root / "envs_fast" / "cartpole_v1.py")
+    translation = str(root / "envs_fast" / "translations" / "cartpole_v1.py")
     passes(translation)
     cache.store_throughput("envpool", ENV, 8, 300_000)  # benchmarked beats never benchmarked
     assert envs_fast.choose_backend(ENV, 8, root=root) == "envpool"

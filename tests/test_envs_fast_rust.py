@@ -25,7 +25,7 @@ from envs_fast.verify import main as verify_main
 pytestmark = [pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH"),
               pytest.mark.usefixtures("module_private_cache")]
 
-ENVS_FAST = Path(__file__).resolve().parent.parent / "envs_fast"
+ENVS_FAST = Path(__file__).resolve().parent.parent / "envs_fast" / "translations"
 EXAMPLES = {"CartPole-v1": ENVS_FAST / "cartpole_v1.rs", "Acrobot-v1": ENVS_FAST / "acrobot_v1.rs"}
 TOLERANCE = 1e-9
 
@@ -370,12 +370,12 @@ def test_a_compile_error_is_a_failed_verification_showing_rustc(tmp_path):
 
 def test_bench_json_reports_the_rust_figures(tmp_path):
     out = tmp_path / "bench.json"
-    proc = _orchestrator("bench", "--env", "CartPole-v1", "--backend", "envs_fast/cartpole_v1.rs", "--num-envs", "4096",
+    proc = _orchestrator("bench", "--env", "CartPole-v1", "--backend", "envs_fast/translations/cartpole_v1.rs", "--num-envs", "4096",
                          "--seconds", "0.4", "--json", str(out), cwd=ENVS_FAST.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     result = json.loads(out.read_text())
     # train.py's path at the default budget (720 s): the JAX learner over the port's vector env
-    assert result["backend"] == "envs_fast/cartpole_v1.rs" and result["train_path"] == "jax-host"
+    assert result["backend"] == "envs_fast/translations/cartpole_v1.rs" and result["train_path"] == "jax-host"
     for name in ("backend_sps", "reference_sps", "adapter_sps", "train_sps"):
         assert result[name] > 0, name
     assert result["ratio"] == pytest.approx(result["backend_sps"] / result["reference_sps"])

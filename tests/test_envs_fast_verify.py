@@ -33,7 +33,7 @@ def test_shipped_translation_passes_levels_1_to_3(env_id):
 
 
 def _mutant(tmp_path, source: str, old: str, new: str) -> Path:
-    text = (REPO / "envs_fast" / source).read_text()
+    text = (REPO / "envs_fast" / "translations" / source).read_text()
     assert old in text, f"mutation anchor {old!r} not found"
     path = tmp_path / source
     path.write_text(text.replace(old, new))
@@ -159,7 +159,7 @@ def test_translation_that_does_not_import_or_lacks_a_function_exits_2(tmp_path, 
     err = capsys.readouterr().err
     assert "protocol incomplete, missing state_from_reference, state_to_reference" in err
     with pytest.raises(BackendError, match="ENV_ID is 'CartPole-v1', expected 'Acrobot-v1'"):
-        verify("Acrobot-v1", str(REPO / "envs_fast" / "cartpole_v1.py"), (1,), QUICK)
+        verify("Acrobot-v1", str(REPO / "envs_fast" / "translations" / "cartpole_v1.py"), (1,), QUICK)
 
 
 FROZEN_LAKE = '''
@@ -280,7 +280,7 @@ def test_a_jax_backend_answers_every_batch_size_with_one_compiled_program():
     from envs_fast.backend import load_batched
     from envs_fast.jax_batched import BATCH
 
-    backend = load_batched("envs_fast/cartpole_v1.py", "CartPole-v1")
+    backend = load_batched("envs_fast/translations/cartpole_v1.py", "CartPole-v1")
     seeds = np.arange(BATCH + 300, dtype=np.uint32)  # past one chunk
     obs, state = backend.reset(seeds)
     actions = np.arange(len(seeds)) % 2
@@ -398,7 +398,7 @@ def test_the_boundary_search_checks_the_same_states_however_slow_the_machine(mon
     included. Stopping at a slow step once made which states L2 compared, and a verdict, depend on load."""
     import time
 
-    import envs_fast.cartpole_v1 as port
+    import envs_fast.translations.cartpole_v1 as port
     from envs_fast.probes import ReferenceStepper, collect_boundary_samples, flat_values, probe_actions
 
     def search() -> list[str]:

@@ -57,10 +57,10 @@ def test_a_modal_night_trains_on_the_verified_jax_path_and_uses_a_translation_it
     # containers, it is kept, and the re-baseline and the next train experiment use it.
     bare = autorl_repo(name="bare")
     for name in ("cartpole_v1.py", "cartpole_v1.rs", "cartpole_v1_sync.py"):
-        (bare / "envs_fast" / name).unlink()
+        (bare / "envs_fast" / "translations" / name).unlink()
     git.Repo(bare).git.commit("-qam", "no CartPole translation")
     replay = write_replay(tmp_path / "replay", {
-        1: {"envs_fast/cartpole_v1.py": (AUTORL_ROOT / "envs_fast" / "cartpole_v1.py").read_text(),
+        1: {"envs_fast/translations/cartpole_v1.py": (AUTORL_ROOT / "envs_fast" / "translations" / "cartpole_v1.py").read_text(),
             "DESCRIPTION": "translate CartPole to JAX"},
         3: {"candidate/train.py": (bare / "candidate" / "train.py").read_text() + "\n# the next train experiment\n",
             "DESCRIPTION": "a train experiment after the translation"},
@@ -80,7 +80,7 @@ def test_a_modal_night_trains_on_the_verified_jax_path_and_uses_a_translation_it
     for exp in (2, 3):  # the re-baseline, then the next train experiment: the kept translation, end to end
         log = (run2 / f"exp-{exp:04d}" / "train.log").read_text()
         assert summary_value(log, "path") == "jax-e2e", log[-2000:]
-        assert summary_value(log, "backend").endswith("envs_fast/cartpole_v1.py")
+        assert summary_value(log, "backend").endswith("envs_fast/translations/cartpole_v1.py")
     assert len(fake2.check.calls) >= 3   # verify, bench, the incumbent's bench: in containers
     # the fast path, measured in one test: >= 3x the jax-host path's env steps in the same budget. (The
     # one JAX learner steps envpool's CartPole from Python at ~40k steps/s on 2 cores; end to end it
@@ -103,7 +103,7 @@ def test_verdicts_made_where_the_containers_now_differ_are_verified_again_there(
         environment = r.runner.environment()   # asked of a container
         assert (r.folder.path / "modal-environment.json").is_file() and environment["versions"]["jax"]
         older = {**environment, "versions": {**environment["versions"], "jax": "0.0.1"}}
-        translation = r.runner.workspace.path / "envs_fast" / "cartpole_v1.py"
+        translation = r.runner.workspace.path / "envs_fast" / "translations" / "cartpole_v1.py"
         cache = r.folder.verify_cache
         cache.mkdir(parents=True, exist_ok=True)
         (cache / record_name("verdict", str(translation), "CartPole-v1", older)).write_text(json.dumps(
@@ -140,7 +140,7 @@ def test_a_run_whose_envs_fast_is_not_the_images_still_trains_on_what_it_verifie
         assert run_envs_fast != source_hashes()   # the fake's containers import this checkout's, as an image would
         setup = Slot(0, ExpFolder(r.folder.path / "setup"), "setup")
         assert r.runner.environment(setup)["envs_fast"] == run_envs_fast
-        outcome = r.runner.verify(setup, r.commit, "envs_fast/cartpole_v1.py", 1)
+        outcome = r.runner.verify(setup, r.commit, "envs_fast/translations/cartpole_v1.py", 1)
         assert outcome.passed, outcome.report[-2000:]
         merged = [json.loads(p.read_text()) for p in r.folder.verify_cache.glob("verdict-*.json")]
         assert [v["passed"] for v in merged if v["spec"].endswith("cartpole_v1.py")] == [True], merged

@@ -194,7 +194,7 @@ def test_setup_ships_a_rust_port_only_where_the_containers_can_build_it(one_runn
     environment = r.runner.environment()
     assert (environment["rustc"] != "no rustc") == image_rust, environment["rustc"]
     specs = shipped_specs("BipedalWalker-v3", r.runner.workspace, r.commit, r.runner.record_environment())
-    assert ("envs_fast/bipedalwalker_v3.rs" in specs) == image_rust, specs
+    assert ("envs_fast/translations/bipedalwalker_v3.rs" in specs) == image_rust, specs
 
 
 def test_a_baseline_the_infrastructure_never_ran_ends_the_night_saying_so(autorl_repo, tmp_path, restore_signals):
@@ -400,12 +400,12 @@ def test_a_changed_container_verifies_each_passing_backend_again_under_the_name_
     (verify exits 2), which cost a night its MuJoCo fast path after any container change."""
     from orchestrator.runners.modal.runner import reverify_specs
 
-    records = [{"spec": "/runs/.snapshots/t/exp-0003-verify-1a2b3c/envs_fast/cartpole_v1.py", "passed": True},
-               {"spec": "envs_fast/cartpole_v1.rs", "passed": True},
+    records = [{"spec": "/runs/.snapshots/t/exp-0003-verify-1a2b3c/envs_fast/translations/cartpole_v1.py", "passed": True},
+               {"spec": "envs_fast/translations/cartpole_v1.rs", "passed": True},
                {"spec": "mujoco_batch", "passed": True}, {"spec": "mjx", "passed": True},
                {"spec": "gymnax", "passed": True}, {"spec": "envpool", "passed": True},
-               {"spec": "envs_fast/acrobot_v1.py", "passed": False}, {"spec": "", "passed": True}, None]
-    assert reverify_specs(records) == ["envpool", "envs_fast/cartpole_v1.py", "envs_fast/cartpole_v1.rs", "gymnax",
+               {"spec": "envs_fast/translations/acrobot_v1.py", "passed": False}, {"spec": "", "passed": True}, None]
+    assert reverify_specs(records) == ["envpool", "envs_fast/translations/cartpole_v1.py", "envs_fast/translations/cartpole_v1.rs", "gymnax",
                                        "mjx", "mujoco_batch"]
 
 

@@ -27,9 +27,9 @@ MIRRORED = ("let force = if action[0] == 1.0 { FORCE_MAG } else { -FORCE_MAG };"
 
 def checkout_declaring_transfer(root, mirrored=False):
     edited_copy(root, {})
-    companion = root / "envs_fast" / "cartpole_v1_sync.py"
+    companion = root / "envs_fast" / "translations" / "cartpole_v1_sync.py"
     companion.write_text(companion.read_text() + DECLARATION)
-    port = root / "envs_fast" / "cartpole_v1.rs"
+    port = root / "envs_fast" / "translations" / "cartpole_v1.rs"
     if mirrored:
         source = port.read_text()
         assert MIRRORED[0] in source
@@ -196,7 +196,7 @@ def test_a_failing_l4_run_stops_its_siblings_and_reports_its_own_error(tmp_path,
     (root / "candidate").mkdir(parents=True)
     (root / "candidate" / "train.py").write_text(FAILS_OR_TRAINS_LONG)
     port = root / "cartpole_v1.py"
-    port.write_text((REPO / "envs_fast" / "cartpole_v1.py").read_text()
+    port.write_text((REPO / "envs_fast" / "translations" / "cartpole_v1.py").read_text()
                     + '\nTRANSFER_PPO = {"env_steps": 10_000, "seeds": 2, "margin": 50.0}\n')
     cache.store_verdict(str(port), "CartPole-v1", [1, 2, 3], True, "L1-L3 passed (test verdict)")
     kept = tmp_path / "l4"

@@ -30,7 +30,7 @@ def test_a_box2d_env_without_a_port_is_train_only_for_a_code_writing_agent(agent
 def test_bipedalwalker_alternates_on_its_shipped_port_and_trains_only_without_rustc(monkeypatch, tmp_path):
     schedule, why = plan_schedule(Options(env_id="BipedalWalker-v3"), "anthropic")
     assert schedule == ALTERNATION
-    assert "Box2D scene is ported in envs_fast/bipedalwalker_v3.rs" in why
+    assert "Box2D scene is ported in envs_fast/translations/bipedalwalker_v3.rs" in why
     assert plan_schedule(Options(env_id="BipedalWalker-v3"), "optuna")[0] == ["train"]
     # a machine without rustc: the port cannot be built, so nothing could verify
     python_only = tmp_path / "bin"
@@ -39,7 +39,7 @@ def test_bipedalwalker_alternates_on_its_shipped_port_and_trains_only_without_ru
     monkeypatch.setenv("PATH", str(python_only))
     schedule, why = plan_schedule(Options(env_id="BipedalWalker-v3"), "anthropic")
     assert schedule == ["train"]
-    assert "its port envs_fast/bipedalwalker_v3.rs is Rust and rustc is not on PATH" in why
+    assert "its port envs_fast/translations/bipedalwalker_v3.rs is Rust and rustc is not on PATH" in why
 
 
 def test_phases_force_the_alternation_where_no_port_exists():

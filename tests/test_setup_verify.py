@@ -14,7 +14,7 @@ import pytest
 from orchestrator.usercache import USER_CACHE_ENV, user_cache_dir
 from tests.conftest import FAST, read_results, run_daemon
 
-SHIPPED = ["envs_fast/cartpole_v1.py"] + (["envs_fast/cartpole_v1.rs"] if shutil.which("rustc") else []) + ["gymnax"]
+SHIPPED = ["envs_fast/translations/cartpole_v1.py"] + (["envs_fast/translations/cartpole_v1.rs"] if shutil.which("rustc") else []) + ["gymnax"]
 # The real train.py, trained briefly: the baseline only has to show which path it took.
 QUICK = ("--budget", "3", "--max-experiments", "0", *FAST, "--grace", "60")
 
@@ -173,8 +173,8 @@ def test_a_physics_scenes_jax_port_is_verified_at_setup_only_where_training_has_
     commit = workspace.start_commit()
     cpu = {"machine": {"cpu": "x", "cpus": 2, "arch": "x86_64", "gpus": ""}}
     h100 = {"machine": {"cpu": "x", "cpus": 8, "arch": "x86_64", "gpus": "NVIDIA H100 80GB HBM3"}}
-    assert shipped_specs("BipedalWalker-v3", workspace, commit, cpu) == ["envs_fast/bipedalwalker_v3.rs"]
+    assert shipped_specs("BipedalWalker-v3", workspace, commit, cpu) == ["envs_fast/translations/bipedalwalker_v3.rs"]
     assert shipped_specs("BipedalWalker-v3", workspace, commit, h100) == [
-        "envs_fast/bipedalwalker_v3.py", "envs_fast/bipedalwalker_v3.rs"]
+        "envs_fast/translations/bipedalwalker_v3.py", "envs_fast/translations/bipedalwalker_v3.rs"]
     assert shipped_specs("CartPole-v1", workspace, commit, cpu)[:2] == [
-        "envs_fast/cartpole_v1.py", "envs_fast/cartpole_v1.rs"]
+        "envs_fast/translations/cartpole_v1.py", "envs_fast/translations/cartpole_v1.rs"]

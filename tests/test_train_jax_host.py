@@ -15,7 +15,7 @@ from envs_fast import cache
 from envs_fast.rust_build import rustc_available
 from tests.train_helpers import REPO, TRANSLATIONS, load_train, run_train, summary
 
-CARTPOLE_RS = REPO / "envs_fast" / "cartpole_v1.rs"
+CARTPOLE_RS = REPO / "envs_fast" / "translations" / "cartpole_v1.rs"
 needs_rustc = pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH")
 
 
@@ -144,7 +144,7 @@ def test_the_bench_measures_the_path_and_envs_train_py_takes(tmp_path, monkeypat
     from envs_fast.bench import train_path
 
     shipped = (REPO / "candidate" / "train.py").read_text()
-    specs = ["envpool", "reference", "mujoco_batch", "envs_fast/cartpole_v1.rs", "envs_fast/cartpole_v1.py", "gymnax"]
+    specs = ["envpool", "reference", "mujoco_batch", "envs_fast/translations/cartpole_v1.rs", "envs_fast/translations/cartpole_v1.py", "gymnax"]
     for end_to_end in (True, False):
         root = tmp_path / str(end_to_end)
         (root / "candidate").mkdir(parents=True)

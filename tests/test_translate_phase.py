@@ -91,14 +91,14 @@ def test_buggy_translation_is_repaired_kept_and_rebaselined(autorl_repo, tmp_pat
 def test_schedule_alternates_and_judges_translations(autorl_repo, tmp_path):
     # --no-setup-verify: nothing is verified when the run starts, so the incumbent backend is envpool
     repo = autorl_repo(train_py=tiny_train_py(BIAS=1.0))
-    shipped = (AUTORL_ROOT / "envs_fast" / "cartpole_v1.py").read_text()
+    shipped = (AUTORL_ROOT / "envs_fast" / "translations" / "cartpole_v1.py").read_text()
     replay = write_replay(tmp_path / "replay", {
         # Correct (the shipped translation, edited) but slower than envpool at train.py's 8 envs.
-        1: {"envs_fast/cartpole_v1.py": shipped + "\n# a comment: the same dynamics\n", "DESCRIPTION": "jax cartpole"},
+        1: {"envs_fast/translations/cartpole_v1.py": shipped + "\n# a comment: the same dynamics\n", "DESCRIPTION": "jax cartpole"},
         2: {"candidate/train.py": tiny_train_py(BIAS=0.5), "DESCRIPTION": "bias 0.5"},
         3: {"candidate/train.py": tiny_train_py(BIAS=2.0), "DESCRIPTION": "bias 2.0"},
         # A translate proposal that also touches train.py: invalid, reverted.
-        4: {"envs_fast/cartpole_v1.py": shipped + "\n# v2\n", "candidate/train.py": tiny_train_py(BIAS=0.0),
+        4: {"envs_fast/translations/cartpole_v1.py": shipped + "\n# v2\n", "candidate/train.py": tiny_train_py(BIAS=0.0),
             "DESCRIPTION": "translation plus a sneaky train.py change"},
         5: {"candidate/train.py": tiny_train_py(BIAS=0.0), "DESCRIPTION": "bias 0.0"},
     })
@@ -118,8 +118,8 @@ def test_schedule_alternates_and_judges_translations(autorl_repo, tmp_path):
     # Neither translation reached the branch; both stay reachable under their refs.
     repo_git = git.Repo(repo)
     tip = repo_git.commit("autorl/s")
-    assert tip.tree["envs_fast/cartpole_v1.py"].data_stream.read().decode() == shipped
-    assert "# a comment" in repo_git.commit("refs/autorl/s/exp-0001").tree["envs_fast/cartpole_v1.py"] \
+    assert tip.tree["envs_fast/translations/cartpole_v1.py"].data_stream.read().decode() == shipped
+    assert "# a comment" in repo_git.commit("refs/autorl/s/exp-0001").tree["envs_fast/translations/cartpole_v1.py"] \
         .data_stream.read().decode()
     assert repo_git.commit("refs/autorl/s/exp-0004")
 
@@ -136,7 +136,7 @@ def test_default_phases_follow_the_agent():
         ["translate", "translate", "train"]
 
 
-RUST_CARTPOLE = AUTORL_ROOT / "envs_fast" / "cartpole_v1.rs"
+RUST_CARTPOLE = AUTORL_ROOT / "envs_fast" / "translations" / "cartpole_v1.rs"
 
 
 @pytest.mark.long
@@ -148,12 +148,12 @@ def test_buggy_rust_translation_is_repaired_kept_and_rebaselined(autorl_repo, tm
     # incumbent is envpool (with the shipped JAX CartPole verified at setup, training end to end on it
     # is faster than any host backend, and the Rust translation would rightly be discarded)
     checkout = git.Repo(repo)
-    checkout.index.remove(["envs_fast/cartpole_v1.rs", "envs_fast/cartpole_v1_sync.py"], working_tree=True)
+    checkout.index.remove(["envs_fast/translations/cartpole_v1.rs", "envs_fast/translations/cartpole_v1_sync.py"], working_tree=True)
     checkout.index.commit("no Rust CartPole yet")
     correct = RUST_CARTPOLE.read_text()
     buggy = correct.replace("const X_THRESHOLD: f64 = 2.4;", "const X_THRESHOLD: f64 = 2.5;")  # a boundary
     assert buggy != correct
-    rust_path, sync_path = "envs_fast/cartpole_v1.rs", "envs_fast/cartpole_v1_sync.py"
+    rust_path, sync_path = "envs_fast/translations/cartpole_v1.rs", "envs_fast/translations/cartpole_v1_sync.py"
     sync = (AUTORL_ROOT / sync_path).read_text()
     # the next translate experiment (exp 3; exp 2 is the re-baseline): the same port, correct but slower
     # (a busy loop in every step); --target-speedup: past the kept port's 100x translating goes on
@@ -243,10 +243,10 @@ def test_a_bipedalwalker_port_with_a_physics_bug_fails_l2_then_its_repair_is_kep
     runs it at a 60 s budget): the replay agent writes the Rust port with the terrain's friction
     wrong, the verifier at the daemon's own settings fails L2 naming the fields and the state, the
     repair (the shipped port) passes L1-L3 and is kept, and the next train experiment steps it."""
-    rust_path, sync_path = "envs_fast/bipedalwalker_v3.rs", "envs_fast/bipedalwalker_v3_sync.py"
+    rust_path, sync_path = "envs_fast/translations/bipedalwalker_v3.rs", "envs_fast/translations/bipedalwalker_v3_sync.py"
     repo = autorl_repo()
     checkout = git.Repo(repo)   # no BipedalWalker port yet: the incumbent is envpool
-    checkout.index.remove([rust_path, sync_path, "envs_fast/bipedalwalker_v3.py"], working_tree=True)
+    checkout.index.remove([rust_path, sync_path, "envs_fast/translations/bipedalwalker_v3.py"], working_tree=True)
     checkout.index.commit("no BipedalWalker port yet")
     correct, sync = (AUTORL_ROOT / rust_path).read_text(), (AUTORL_ROOT / sync_path).read_text()
     buggy = correct.replace("const FRICTION: f64 = 2.5;", "const FRICTION: f64 = 2.0;")

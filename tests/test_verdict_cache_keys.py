@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
-import pytest
 
 from envs_fast import cache
 from orchestrator.usercache import SIGNATURE, UserCache
@@ -19,12 +17,13 @@ def test_the_decisive_sources_are_every_module_of_envs_fast_but_the_translations
     # what the review found left out: the report, XLA's options, the gate, the cache, the bench and throughput code
     assert {"report.py", "compiling.py", "gate.py", "cache.py", "bench.py", "throughput.py", "__init__.py",
             "verify/interactions.py"} <= names
-    assert not {"cartpole_v1.py", "cartpole_v1_sync.py", "pendulum_v1.py", "acrobot_v1_sync.py"} & names
+    assert not {name for name in names if name.startswith("translations/")}
+    assert "translations/cartpole_v1.py" not in names and "translations/acrobot_v1_sync.py" not in names
 
 
 def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(private_cache, tmp_path, monkeypatch):
     translation = tmp_path / "cartpole_v1.py"
-    shutil.copyfile(cache.PACKAGE_DIR / "cartpole_v1.py", translation)
+    shutil.copyfile(cache.PACKAGE_DIR / "translations" / "cartpole_v1.py", translation)
     cache.store_verdict(str(translation), ENV, [1, 2, 3], True, "passed")
     assert cache.cached_verdict(str(translation), ENV)["passed"]
 
@@ -60,7 +59,8 @@ def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(private_c
     # a translation is not in the key of another backend's record: editing one leaves the others' records
     with monkeypatch.context() as m:
         m.setattr(cache, "PACKAGE_DIR", package)
-        (package / "pendulum_v1.py").write_text((package / "pendulum_v1.py").read_text() + "\n# changed\n")
+        (package / "translations" / "pendulum_v1.py").write_text(
+            (package / "translations" / "pendulum_v1.py").read_text() + "\n# changed\n")
         assert cache.cached_verdict(str(translation), ENV) is not None
 
 
@@ -89,7 +89,7 @@ def test_a_verdict_depends_on_what_its_verification_imported_and_nothing_else(tm
     root = tmp_path / "checkout"
     shutil.copytree(cache.PACKAGE_DIR, root / "envs_fast", ignore=shutil.ignore_patterns("__pycache__"))
     records = tmp_path / "verify-cache"
-    spec = str(root / "envs_fast" / "cartpole_v1.rs")
+    spec = str(root / "envs_fast" / "translations" / "cartpole_v1.rs")
     proc = subprocess.run([sys.executable, "-m", "envs_fast.verify", "--env", ENV, "--backend", spec,
                            "--episodes", "50", "--horizon", "100"], cwd=root, capture_output=True, text=True,
                           env={**__import__("os").environ, "PYTHONPATH": str(root), cache.CACHE_ENV_VAR: str(records)},
@@ -120,8 +120,8 @@ def test_a_translations_verdict_depends_on_its_sync_companion(private_cache, tmp
         folder = tmp_path / name.replace(".", "-")
         folder.mkdir()
         translation = folder / name
-        shutil.copyfile(cache.PACKAGE_DIR / name, translation)
-        shutil.copyfile(cache.PACKAGE_DIR / "bipedalwalker_v3_sync.py", folder / "bipedalwalker_v3_sync.py")
+        shutil.copyfile(cache.PACKAGE_DIR / "translations" / name, translation)
+        shutil.copyfile(cache.PACKAGE_DIR / "translations" / "bipedalwalker_v3_sync.py", folder / "bipedalwalker_v3_sync.py")
         cache.store_verdict(str(translation), "BipedalWalker-v3", [1, 2, 3], True, "passed")
         assert cache.cached_verdict(str(translation), "BipedalWalker-v3") is not None
         with (folder / "bipedalwalker_v3_sync.py").open("a") as companion:
@@ -132,7 +132,7 @@ def test_a_translations_verdict_depends_on_its_sync_companion(private_cache, tmp
 def test_a_rust_verdict_depends_on_the_compiler(private_cache, monkeypatch):
     from envs_fast import rust_toolchain
 
-    rust = cache.PACKAGE_DIR / "cartpole_v1.rs"
+    rust = cache.PACKAGE_DIR / "translations" / "cartpole_v1.rs"
     monkeypatch.setattr(rust_toolchain, "rustc_available", lambda: True)
     monkeypatch.setattr(rust_toolchain, "rustc_version", lambda: "rustc 1.80.0")
     cache.store_verdict(str(rust), ENV, [1, 2, 3], True, "passed")
@@ -152,7 +152,7 @@ def test_records_are_named_as_the_process_that_will_read_them_names_them(private
     here = cache.environment()
     container = {**here, "versions": {**here["versions"], "jaxlib": "0.10.2+cuda13"},
                  "machine": {**here["machine"], "gpus": "NVIDIA H100 80GB HBM3"}}
-    spec = str(cache.PACKAGE_DIR / "cartpole_v1.py")
+    spec = str(cache.PACKAGE_DIR / "translations" / "cartpole_v1.py")
     assert cache.record_name("verdict", spec, ENV, here) == cache.record_name("verdict", spec, ENV)
     assert cache.record_name("verdict", spec, ENV, container) != cache.record_name("verdict", spec, ENV)
     cache.store_verdict(spec, ENV, [1, 2, 3], True, "passed")

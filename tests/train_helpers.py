@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 TRAIN = REPO / "candidate" / "train.py"
 FIXED_FILES = ("evaluate.py", "train_plumbing.py", "policy_export.py")  # what train.py imports beside envs_fast
-TRANSLATIONS = {env_id: REPO / "envs_fast" / f"{name}.py" for env_id, name in (
+TRANSLATIONS = {env_id: REPO / "envs_fast" / "translations" / f"{name}.py" for env_id, name in (
     ("CartPole-v1", "cartpole_v1"), ("Pendulum-v1", "pendulum_v1"), ("Acrobot-v1", "acrobot_v1"),
     ("MountainCar-v0", "mountaincar_v0"))}
 

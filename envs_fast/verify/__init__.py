@@ -2,8 +2,8 @@
 
     python -m envs_fast.verify --env ENV_ID --backend SPEC [--levels 1,2,3,4] [--json FILE]
 
-SPEC: a translation file path (.py for JAX, .rs for Rust), "jax"/"translation" (envs_fast/<slug>.py),
-"rust" (envs_fast/<slug>.rs), "mujoco_batch" (MuJoCo v5 envs on mujoco.batch), "mjx" (the same envs on
+SPEC: a translation file path (.py for JAX, .rs for Rust), "jax"/"translation" (envs_fast/translations/<slug>.py),
+"rust" (envs_fast/translations/<slug>.rs), "mujoco_batch" (MuJoCo v5 envs on mujoco.batch), "mjx" (the same envs on
 MJX, functional JAX), "envpool", "gymnax" or
 "reference". Exit 0 when every requested level
 passes, 1 when one fails (a Rust translation that does not build fails L1 "builds"), 2 for bad input
@@ -104,8 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="verify", description="Verify a fast backend against its gymnasium reference.")
     parser.add_argument("--env", required=True, help="gymnasium env id, e.g. CartPole-v1")
     parser.add_argument("--backend", required=True,
-                        help="translation file path (.py or .rs), jax/translation (envs_fast/<slug>.py), "
-                             "rust (envs_fast/<slug>.rs), mujoco_batch, mjx, envpool, gymnax or reference")
+                        help="translation file path (.py or .rs), jax/translation (envs_fast/translations/<slug>.py), "
+                             "rust (envs_fast/translations/<slug>.rs), mujoco_batch, mjx, envpool, gymnax or reference")
     parser.add_argument("--levels", default="1,2,3", help="comma-separated levels among 1,2,3,4 (default 1,2,3)")
     parser.add_argument("--json", metavar="FILE", help="also write the report as JSON to FILE")
     parser.add_argument("--seed", type=int, default=0)

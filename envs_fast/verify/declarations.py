@@ -1,5 +1,5 @@
 """What a translation may declare about its own verification, in its state-sync companion (Rust:
-`envs_fast/<slug>_sync.py`) or its JAX file; every name is optional and without any the levels run as
+`envs_fast/translations/<slug>_sync.py`) or its JAX file; every name is optional and without any the levels run as
 for classic control. A physics scene needs them: chaos bounds step comparisons, and the states worth
 stepping from (a foot strike, a joint at its limit, bodies asleep) are rare under random actions.
 

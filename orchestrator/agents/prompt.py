@@ -48,15 +48,15 @@ the run's variables, the budget clock, the backend choice, the export check) are
 does not compile, or that touches another file, is rejected without being run.""",
     "translate": """\
 Phase: translate. Write (or repair) the JAX translation of the environment: the one allowed file
-envs_fast/<slug>.py. The protocol, exactly: `ENV_ID = "<env id>"`; `reset(key) -> (obs, state)`
+envs_fast/translations/<slug>.py. The protocol, exactly: `ENV_ID = "<env id>"`; `reset(key) -> (obs, state)`
 and `step(key, state, action) -> (obs, state, reward, terminated)` for ONE environment, pure and
 jittable, state a pytree (the framework vmaps them, auto-resets and applies the time limit);
 `state_from_reference(env) -> state` and `state_to_reference(state, env) -> None` reading and
 writing the reference env's `env.unwrapped` internals. Read the reference's source (gymnasium under
-site-packages) and the shipped examples (envs_fast/cartpole_v1.py, pendulum_v1.py, acrobot_v1.py).
+site-packages) and the shipped examples (envs_fast/translations/cartpole_v1.py, pendulum_v1.py, acrobot_v1.py).
 The daemon verifies it against the reference (L1 properties, L2 single steps from synced states
 including states at every termination and clipping boundary, L3 rollouts); check it yourself with
-`python -m envs_fast.verify --env ENV_ID --backend envs_fast/<slug>.py`. It is kept only if it
+`python -m envs_fast.verify --env ENV_ID --backend envs_fast/translations/<slug>.py`. It is kept only if it
 passes and is faster, at train.py's NUM_ENVS, than the backend training uses now. When a
 verification report is given below, repair exactly the failure it shows (state, action, fields,
 largest deviation). Write only the path allowed below.""",
