@@ -138,28 +138,43 @@ BURN = ("import time, sys, pathlib\n"
         "while time.process_time() < 1.0: pass\n"
         "pathlib.Path(sys.argv[1]).write_text('burnt')\n"
         "time.sleep(float(sys.argv[2]))\n")
+# the benchmark's own tree: a process that runs a burner and waits for it, then idles
+OWN_TREE = ("import subprocess, sys, time\n"
+            "subprocess.run([sys.executable, '-c', sys.argv[1], sys.argv[2], '0'], check=True)\n"
+            "time.sleep(60)\n")
+
+
+def _wait_for(path, seconds: float = 60) -> None:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert path.exists(), path
 
 
 def test_a_nights_conditions_tell_its_own_cpu_from_what_else_ran(tmp_path):
+    """A burner of one CPU second in the benchmark's tree (run and reaped by its child) is its own; one
+    started outside that tree is another's, whether it ends or not while measured."""
     import subprocess
     import sys
-    import time
 
     from orchestrator.benchmark.machine_load import MachineLoad
 
-    load = MachineLoad()
-    # the night's own work: a child that burns a CPU second and is waited for
-    subprocess.run([sys.executable, "-c", BURN, str(tmp_path / "own"), "0"], check=True)
-    # something else on the machine: a process this benchmark did not run (not reaped while measured)
-    other = subprocess.Popen([sys.executable, "-c", BURN, str(tmp_path / "other"), "60"])
+    own = subprocess.Popen([sys.executable, "-c", OWN_TREE, BURN, str(tmp_path / "own")])
     try:
-        deadline = time.monotonic() + 60
-        while not (tmp_path / "other").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        conditions = load.stop()
+        load = MachineLoad(root_pid=own.pid)
+        other = subprocess.Popen([sys.executable, "-c", BURN, str(tmp_path / "other"), "60"])
+        try:
+            _wait_for(tmp_path / "own")
+            _wait_for(tmp_path / "other")
+            conditions = load.stop()
+        finally:
+            other.kill()
+            other.wait()
     finally:
-        other.kill()
-        other.wait()
-    assert conditions["cpus"] >= 1 and conditions["load1_max"] >= 0
-    assert 1.0 <= conditions["own_cpu_s"] < 1.9      # the waited child's second (and its interpreter's start)
-    assert conditions["other_cpu_s"] >= 0.9          # the other process's second, whatever else ran too
+        own.kill()
+        own.wait()
+    assert conditions["cpus"] >= 1 and conditions["load1_max"] >= 0 and conditions["busy_cpu_s"] >= 1.8
+    assert 0.9 <= conditions["own_cpu_s"] < 1.9      # the burner's second (and its interpreter's start)
+    assert conditions["other_cpu_s"] >= 0.9          # the other burner's second, whatever else ran too
