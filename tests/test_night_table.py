@@ -178,3 +178,26 @@ def test_a_nights_conditions_tell_its_own_cpu_from_what_else_ran(tmp_path):
     assert conditions["cpus"] >= 1 and conditions["load1_max"] >= 0 and conditions["busy_cpu_s"] >= 1.8
     assert 0.9 <= conditions["own_cpu_s"] < 1.9      # the burner's second (and its interpreter's start)
     assert conditions["other_cpu_s"] >= 0.9          # the other burner's second, whatever else ran too
+
+
+def test_draws_only_checks_and_records_the_draws_and_runs_no_night(tmp_path, monkeypatch):
+    """`--drawn N --draws-only`: an hour's slot spent on the draws' cost checks, recorded in the JSON
+    that a later `--resume` runs the nights of."""
+    import json
+    import sys
+
+    from orchestrator.benchmark import nights
+
+    def no_night(*args, **kwargs):
+        raise AssertionError("a night ran")
+
+    monkeypatch.setattr(nights, "run_night", no_night)
+    monkeypatch.setattr(nights, "draw_cost", lambda root, problem, timeout_s: {
+        "detuned": [-900.0] * 4, "shipped": [-150.0] * 4, "sigma": 10.0, "cost": 750.0, "cost_sigmas": 75.0})
+    out = tmp_path / "nights.json"
+    monkeypatch.setattr(sys, "argv", ["nights", "--drawn", "1", "--envs", "Pendulum-v1", "--draws-only",
+                                      "--json", str(out)])
+    assert nights.main() == 0
+    written = json.loads(out.read_text())
+    assert written["nights"] == [] and [d["index"] for d in written["draws"]] == [0]
+    assert written["draws"][0]["accepted"] is True and written["draws"][0]["path"] == "jax-e2e"

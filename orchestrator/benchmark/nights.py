@@ -307,6 +307,8 @@ def main() -> int:
     parser.add_argument("--drawn-path", choices=("jax-e2e", "jax-host"), default="jax-e2e",
                         help="the path the drawn envs train on: a constant is drawn from those it reads "
                              "(jax-host for an env on a host backend, e.g. BipedalWalker-v3 on its Rust port)")
+    parser.add_argument("--draws-only", action="store_true",
+                        help="with --drawn: check what the draws cost (and record them), run no night")
     parser.add_argument("--keep", action="store_true", help="keep the temporary clones")
     args = parser.parse_args()
     if args.quick:
@@ -318,7 +320,11 @@ def main() -> int:
     done = {(r.problem, r.searcher, r.screen, r.night) for r in rows}
     base = Path(tempfile.mkdtemp(prefix="autorl-nights-"))
     seeds = [101 + i for i in range(args.rescore_seeds)]
-    if args.drawn:
+    if args.drawn and args.draws_only:   # an hour's slot: the draws' cost checks, recorded for the nights later
+        for _ in drawn_problems(args, base, draws, rows, shipped_scores):
+            pass
+        tasks = []
+    elif args.drawn:
         # (lazily: each draw is checked just before its nights, so a cut-short run has nights to show)
         tasks = ((problem, 1, draw) for problem, draw in drawn_problems(args, base, draws, rows, shipped_scores))
     else:
