@@ -267,7 +267,7 @@ def plan_schedule(options: Options, agent_name: Optional[str] = None) -> tuple[l
             why = f"a code-writing agent alternates translating the env and training ({DEFAULT_SCHEDULE})"
             engine, port = (engine_of(options.env_id), shipped_port(options.env_id)) if options.env_id else (None, None)
             if engine and port:
-                why += (f"; {options.env_id}'s {engine} scene is ported in envs_fast/{port.name}: translate "
+                why += (f"; {options.env_id}'s {engine} scene is ported in envs_fast/translations/{port.name}: translate "
                         f"experiments make the port faster")
     elif phases and not schedule and set(phases.replace(" ", "").split(",")) == {"translate", "train"}:
         schedule = DEFAULT_SCHEDULE

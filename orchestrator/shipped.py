@@ -371,7 +371,7 @@ def _choose(env_id: str, copy: Path, verify_cache: Path, backends: list[Shipped]
         spec, path = chosen, "host"
         failed = [b.spec for b in backends if b.passed is False]
         if not backends:
-            reason = f"envs_fast/ ships no translation of {env_id} and gymnax has none"
+            reason = f"envs_fast/translations/ holds no translation of {env_id} and gymnax has none"
         elif len(failed) == len(backends):
             reason = f"no shipped backend passed verification ({', '.join(failed)} failed)"
         elif any(b.passed and envs_fast.cache.cached_verdict(b.local, env_id, environment) is None for b in backends):

@@ -26,9 +26,9 @@ ENV = "CartPole-v1"  # envpool has it, gymnax has it, a translation ships for it
 
 @pytest.fixture
 def root(tmp_path):
-    """A repository root whose envs_fast/ holds a copy of the shipped CartPole translation."""
+    """A repository root whose envs_fast/translations/ holds a copy of the shipped CartPole translation."""
     root = tmp_path / "repo"
-    (root / "envs_fast").mkdir(parents=True)
+    (root / "envs_fast" / "translations").mkdir(parents=True)
     shutil.copy(SHIPPED, root / "envs_fast" / "translations" / "cartpole_v1.py")
     return root
 

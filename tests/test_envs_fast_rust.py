@@ -25,8 +25,9 @@ from envs_fast.verify import main as verify_main
 pytestmark = [pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH"),
               pytest.mark.usefixtures("module_private_cache")]
 
-ENVS_FAST = Path(__file__).resolve().parent.parent / "envs_fast" / "translations"
-EXAMPLES = {"CartPole-v1": ENVS_FAST / "cartpole_v1.rs", "Acrobot-v1": ENVS_FAST / "acrobot_v1.rs"}
+ENVS_FAST = Path(__file__).resolve().parent.parent / "envs_fast"
+EXAMPLES = {"CartPole-v1": ENVS_FAST / "translations" / "cartpole_v1.rs",
+            "Acrobot-v1": ENVS_FAST / "translations" / "acrobot_v1.rs"}
 TOLERANCE = 1e-9
 
 
@@ -311,7 +312,7 @@ def _orchestrator(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("env_id", sorted(EXAMPLES))
 def test_verify_passes_the_shipped_rust_translations_at_l1_to_l3(env_id):
-    proc = _orchestrator("verify", "--env", env_id, "--backend", f"envs_fast/{EXAMPLES[env_id].name}",
+    proc = _orchestrator("verify", "--env", env_id, "--backend", f"envs_fast/translations/{EXAMPLES[env_id].name}",
                          cwd=ENVS_FAST.parent)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "L1 properties: PASS" in proc.stdout and "L2 interactions: PASS" in proc.stdout

@@ -66,7 +66,8 @@ def test_every_variable_it_names_is_read(variable):
 
 @pytest.mark.parametrize("path", [path for path in named(r"[\w./<>-]+\.(?:py|rs|md)\b") if "<" not in path])
 def test_every_file_it_names_exists(path):
-    candidates = [REPO / path, REPO / "envs_fast" / path, REPO / "candidate" / path]
+    candidates = [REPO / path, REPO / "envs_fast" / path, REPO / "envs_fast" / "translations" / path,
+                  REPO / "candidate" / path]
     assert any(candidate.exists() for candidate in candidates), f"program.md names {path}, which is not in the repository"
 
 

@@ -40,12 +40,12 @@ def buggy_cliffwalking() -> str:
 @pytest.mark.slow
 def test_buggy_translation_is_repaired_kept_and_rebaselined(autorl_repo, tmp_path):
     repo = autorl_repo(train_py=small_real_train_py())
-    slug_path = "envs_fast/cliffwalking_v1.py"
+    slug_path = "envs_fast/translations/cliffwalking_v1.py"
     replay = write_replay(tmp_path / "replay", {
         1: {slug_path: buggy_cliffwalking(), "DESCRIPTION": "translate CliffWalking"},
     })
     write_replay(replay, {1: {}})
-    (replay / "001.r1" / "envs_fast").mkdir(parents=True)
+    (replay / "001.r1" / "envs_fast" / "translations").mkdir(parents=True)
     (replay / "001.r1" / slug_path).write_text((TRANSLATIONS / "cliffwalking_v1.py").read_text())
     (replay / "001.r1" / "DESCRIPTION").write_text("fix the cliff's last cell")
 
@@ -163,7 +163,7 @@ def test_buggy_rust_translation_is_repaired_kept_and_rebaselined(autorl_repo, tm
     replay = write_replay(tmp_path / "replay", {1: {rust_path: buggy, sync_path: sync, "DESCRIPTION": "CartPole in Rust"},
                                                 3: {rust_path: slower, "DESCRIPTION": "a port that spins"}})
     write_replay(replay, {1: {}})
-    (replay / "001.r1" / "envs_fast").mkdir(parents=True)
+    (replay / "001.r1" / "envs_fast" / "translations").mkdir(parents=True)
     (replay / "001.r1" / rust_path).write_text(correct)
     (replay / "001.r1" / "DESCRIPTION").write_text("the cart's bound is 2.4")
 
@@ -254,7 +254,7 @@ def test_a_bipedalwalker_port_with_a_physics_bug_fails_l2_then_its_repair_is_kep
     replay = write_replay(tmp_path / "replay", {1: {rust_path: buggy, sync_path: sync,
                                                     "DESCRIPTION": "BipedalWalker in Rust"}})
     write_replay(replay, {1: {}})
-    (replay / "001.r1" / "envs_fast").mkdir(parents=True)
+    (replay / "001.r1" / "envs_fast" / "translations").mkdir(parents=True)
     (replay / "001.r1" / rust_path).write_text(correct)
     (replay / "001.r1" / "DESCRIPTION").write_text("the terrain's friction is 2.5")
 

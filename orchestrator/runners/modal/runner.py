@@ -395,13 +395,13 @@ class ModalRunner:
 
 def reverify_specs(verdicts) -> list[str]:
     """The backends to verify again, as `envs_fast.verify --backend` takes them, from verdict records:
-    each passing one's spec, a translation file's as the commit's `envs_fast/<file>` (its record names
+    each passing one's spec, a translation file's as the commit's `envs_fast/translations/<file>` (its record names
     the snapshot it was verified in), a built-in backend's (gymnax, mujoco_batch, mjx, envpool) as is."""
     specs = set()
     for record in verdicts:
         spec = str((record or {}).get("spec") or "")
         if spec and (record or {}).get("passed"):
-            specs.add(f"envs_fast/{Path(spec).name}" if is_file_spec(spec) else spec)
+            specs.add(f"envs_fast/translations/{Path(spec).name}" if is_file_spec(spec) else spec)
     return sorted(specs)
 
 
