@@ -56,6 +56,7 @@ def whole_lines(path) -> bool:
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_an_experiment_that_writes_too_much_is_stopped_and_its_ballast_removed(small_results, tmp_path):
     repo = small_results
     replay = write_replay(tmp_path / "replay", {

@@ -57,6 +57,7 @@ class FlakyAgent:
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_confirmation_agent_failure_and_cost_cap(autorl_repo, tmp_path, restore_signals, capsys):
     # Baseline: seed 1 scores ~143, seed 2 ~168: best is their mean (~155); one pair: sigma ~18.
     repo = autorl_repo(seed_dependent({1: 1.0, 2: 0.8}))

@@ -36,6 +36,7 @@ def hopper():
     env.close()
 
 
+@pytest.mark.slow
 def test_hopper_steps_from_synced_states_match_gymnasium_within_float32_tolerance(hopper):
     """Along real episodes (random actions, half outside the ctrl range, reset on termination), each mjx
     step from the state read off gymnasium gives gymnasium's observation, reward, termination and next
@@ -77,6 +78,7 @@ def test_a_wrong_dynamics_is_caught_by_that_tolerance(hopper):
     assert not within(b_obs, obs).all()
 
 
+@pytest.mark.slow
 def test_the_constraint_solve_stops_where_c_mujoco_stops(hopper):
     """From a reset state (warm start zero) with no action, a Hopper joint limit is active inside the RK4
     stages and C MuJoCo 4's Newton solver stops after one iteration (Newton decrement 3.3e-10 < tolerance
@@ -103,6 +105,7 @@ def test_the_constraint_solve_stops_where_c_mujoco_stops(hopper):
     assert worst["c"] < 1 and worst["mjx"] > 3, worst
 
 
+@pytest.mark.slow
 def test_ant_steps_match_gymnasium_to_1e_9_in_float64():
     """Under float64 (jax.enable_x64, this test only) the backend is C MuJoCo 4.0's algorithm: Ant-v5 steps
     from states read off gymnasium along random actions (through contacts and resets) give gymnasium's next

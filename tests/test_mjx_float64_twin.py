@@ -32,6 +32,7 @@ def test_l2_and_l3_hold_the_float64_twin_to_the_reference_and_measure_float32_ap
         assert "depart from the twin's by up to" in level.tolerances["float32 backend"], level.tolerances
 
 
+@pytest.mark.slow
 def test_the_twin_steps_in_float64_beside_the_float32_backend():
     """Called in turn, the twin and the backend each keep their own precision (JAX's x64 switch leaves
     nested jits cached in the other mode; the twin clears them), and only mjx has a twin."""

@@ -130,6 +130,7 @@ def test_results_land_in_the_local_layout_and_compute_is_billed(autorl_repo, tmp
     assert not fake.app.alive(), "the session's app stops with the runner"
 
 
+@pytest.mark.slow
 def test_a_night_in_a_modal_container_bills_that_container_into_its_rows(autorl_repo, tmp_path, restore_signals,
                                                                           monkeypatch):
     """The daemon's own container (the night's, 2 cores) is billed into the rows for all the night's

@@ -40,6 +40,7 @@ def hanging(bias: float) -> str:
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_two_candidates_per_round_train_together_and_the_better_is_kept(autorl_repo, tmp_path):
     repo = autorl_repo(tiny_train_py(BIAS=1.0))
     replay = write_replay(tmp_path / "replay", {

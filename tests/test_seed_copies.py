@@ -184,6 +184,7 @@ SEEDED = tiny_train_py(BIAS=0.5).replace(
 
 
 @pytest.mark.long
+@pytest.mark.slow
 def test_a_night_with_a_seed_pinned_candidate(autorl_repo, tmp_path):
     """A candidate that ignores AUTORL_SEED (SEED_SPREAD 0: the same policy on every seed) is not kept
     on its copies (~260 against a start at ~145); an honest candidate after it is confirmed with seeds
