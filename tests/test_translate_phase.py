@@ -273,8 +273,8 @@ def test_a_bipedalwalker_port_with_a_physics_bug_fails_l2_then_its_repair_is_kep
     differing = first.split("differing fields", 1)[1]
     assert re.search(r"obs\[\d+\]: \S+ -> \S+", differing)      # the fields, reference -> port
     assert "state: " in differing and ".hull_angle=" in differing   # and the state they differ from
-    assert "L1 properties: PASS, L2 interactions: PASS, L3 rollouts: PASS" in \
-        (run_dir / "exp-0001" / "verify.r1.log").read_text()
+    repaired = (run_dir / "exp-0001" / "verify.r1.log").read_text()
+    assert all(f"{level}: PASS" in repaired for level in ("L1 properties", "L2 interactions", "L3 rollouts"))
     record = json.loads((run_dir / "exp-0001" / "translate.json").read_text())
     assert record["incumbent"] == "envpool" and record["speedup_lower_bound"] > 1
     assert git.Repo(repo).commit("autorl/bw").tree[rust_path].data_stream.read().decode() == correct
