@@ -29,22 +29,20 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from envs_fast.protocol import file_hash, is_file_spec, is_rust_spec, sync_companion
+from envs_fast.protocol import TRANSLATIONS_DIR, file_hash, is_file_spec, is_rust_spec, sync_companion
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CACHE_ENV_VAR = "AUTORL_VERIFY_CACHE"
 PACKAGES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
             "gymnasium", "numpy", "scipy", "torch", "envpool", "gymnax", "box2d-py", "box2d", "mujoco", "mujoco-mjx")
-# Translations live in envs_fast/translations/ (a record of one holds its own file's hash); every
-# other module of envs_fast decides verdicts or figures, so its source is in every key.
-TRANSLATIONS = "translations"
 
 
 def decisive_sources(package_dir: Path | None = None) -> list[Path]:
-    """The modules of envs_fast whose source is part of every record's key: all but the translations."""
+    """The modules of envs_fast whose source is part of every record's key: all but the translations
+    (envs_fast/translations/: a record of one holds its own file's hash). Every other module, at any
+    depth, decides verdicts or figures."""
     package_dir = package_dir or PACKAGE_DIR
-    return sorted(p for p in package_dir.rglob("*.py")
-                  if p.relative_to(package_dir).parts[0] != TRANSLATIONS and "__pycache__" not in p.parts)
+    return sorted(p for p in package_dir.rglob("*.py") if p.relative_to(package_dir).parts[0] != TRANSLATIONS_DIR)
 
 
 @contextlib.contextmanager

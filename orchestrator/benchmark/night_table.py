@@ -48,7 +48,7 @@ class NightRow:
     draw: dict | None = None     # a drawn detune: what was drawn and what it cost before the night
     code: str | None = None      # the commit of the code the night ran (a resumed file spans sessions)
     budgets_to_best: float | None = None   # full budgets spent when the final best was kept
-    conditions: dict | None = None   # what else ran meanwhile (nights.MachineLoad); None before Nov 29
+    conditions: dict | None = None   # what else ran meanwhile (machine_load.MachineLoad); None before Nov 29
 
 
 def load_nights(path: Path) -> tuple[list[NightRow], dict, list[dict]]:

@@ -35,7 +35,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from envs_fast.protocol import is_file_spec, translation_files
+from envs_fast.protocol import TRANSLATIONS_DIR, is_file_spec, translation_files
 
 from ...daemon import log
 from ...inflight import InFlight
@@ -401,7 +401,7 @@ def reverify_specs(verdicts) -> list[str]:
     for record in verdicts:
         spec = str((record or {}).get("spec") or "")
         if spec and (record or {}).get("passed"):
-            specs.add(f"envs_fast/translations/{Path(spec).name}" if is_file_spec(spec) else spec)
+            specs.add(f"envs_fast/{TRANSLATIONS_DIR}/{Path(spec).name}" if is_file_spec(spec) else spec)
     return sorted(specs)
 
 
