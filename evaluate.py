@@ -181,7 +181,7 @@ def _auto_backend(env_id: str, num_envs: int) -> str:
 
 def _envpool_supports(env_id: str) -> bool:
     try:
-        from envs_fast.envpool_backend import envpool_supports
+        from envs_fast.backends.envpool_backend import envpool_supports
     except ImportError:
         return False
     return envpool_supports(env_id)

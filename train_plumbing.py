@@ -304,7 +304,7 @@ def random_bits(key, count: int):
     where a jax.random call site would compile a threefry loop (compiling counts in the budget)."""
     import jax.numpy as jnp
 
-    from envs_fast.vector import mix32
+    from envs_fast.backends.jax_vector import mix32
 
     index = jnp.arange(count, dtype=jnp.uint32)
     return mix32(key[0] ^ mix32(index * jnp.uint32(0x9E3779B1) + key[1]))

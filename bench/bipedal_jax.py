@@ -1,11 +1,11 @@
 """The JAX BipedalWalker-v3 port (envs_fast/translations/bipedalwalker_v3.py) beside the Rust one: raw steps/s in
-interleaved rounds (envs_fast.throughput.measure, every figure under the same load), its compile time,
+interleaved rounds (envs_fast.bench.throughput.measure, every figure under the same load), its compile time,
 and how far one of its steps from a synced reference state deviates, per field.
 
     .venv/bin/python -m bench.bipedal_jax [--seconds 8] [--envs 16,64] [--jax-envs 16,256] [--scan-steps 8]
 
 Rows: `port@N` (the Rust port's autorl_step over N envs), `port-jax@N` (a jitted lax.scan of
---scan-steps random-action steps over N envs, auto-reset and time limit included: envs_fast.throughput's
+--scan-steps random-action steps over N envs, auto-reset and time limit included: envs_fast.bench.throughput's
 jax_runner, what bench's backend_sps times), `gymnasium` (one reference env). Compile time: building a
 port-jax runner (jit of the batched reset and of the scan, and their first call) is timed apart.
 
@@ -24,7 +24,7 @@ import warnings
 from pathlib import Path
 
 
-from envs_fast.throughput import jax_runner, measure, reference_runner, rust_runner  # noqa: E402
+from envs_fast.bench.throughput import jax_runner, measure, reference_runner, rust_runner  # noqa: E402
 
 ENV_ID = "BipedalWalker-v3"
 ROOT = Path(__file__).resolve().parent.parent

@@ -26,9 +26,9 @@ import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
 from envs_fast.translations import bipedalwalker_v3_sync as sync  # noqa: E402
-from envs_fast.probes import (ReferenceStepper, _replace_component, collect_rollout_samples,  # noqa: E402
+from envs_fast.verify.probes import (ReferenceStepper, _replace_component, collect_rollout_samples,  # noqa: E402
                               field_names, flat_values, scripted_plans)
-from envs_fast.rust_backend import load_rust  # noqa: E402
+from envs_fast.rust.backend import load_rust  # noqa: E402
 from envs_fast.verify import interactions, rollouts  # noqa: E402
 from envs_fast.verify.context import Context, Settings  # noqa: E402
 

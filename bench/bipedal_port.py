@@ -1,5 +1,5 @@
 """Raw steps/s of the Rust BipedalWalker-v3 port side by side with one gymnasium env and envpool,
-measured in interleaved rounds (envs_fast.throughput.measure) so every figure sees the same load.
+measured in interleaved rounds (envs_fast.bench.throughput.measure) so every figure sees the same load.
 
     .venv/bin/python -m bench.bipedal_port [--seconds 8] [--envs 1,16,64] [--envpool-envs 16]
 
@@ -27,7 +27,7 @@ import warnings
 from pathlib import Path
 
 
-from envs_fast.throughput import Runner, measure, reference_runner, rust_runner  # noqa: E402
+from envs_fast.bench.throughput import Runner, measure, reference_runner, rust_runner  # noqa: E402
 
 ENV_ID = "BipedalWalker-v3"
 SOURCE = Path(__file__).resolve().parent.parent / "envs_fast" / "translations" / "bipedalwalker_v3.rs"
@@ -59,7 +59,7 @@ def baseline_runners(source: str, flags: str | None, sizes: list[int]) -> dict[s
     the flags, so the library differs from one built with the current flags)."""
     import shlex
 
-    from envs_fast import rust_build
+    from envs_fast.rust import build as rust_build
 
     current = rust_build.RUSTC_FLAGS
     if flags:
@@ -76,7 +76,7 @@ def step_match(steps: int, seed: int) -> dict:
     from gymnasium.envs.box2d.bipedal_walker import BipedalWalkerHeuristics
 
     from envs_fast.translations import bipedalwalker_v3_sync as sync
-    from envs_fast.rust_backend import load_rust
+    from envs_fast.rust.backend import load_rust
 
     port = load_rust(str(SOURCE), ENV_ID)
     results = {}

@@ -75,7 +75,7 @@ os.environ[cache.CACHE_ENV_VAR] = private
 if record and record.get("passed"):
     cache.store_verdict(port, env_id, record["levels"], True, record["summary"])
     if port.endswith(".rs"):
-        from envs_fast.rust_backend import load_rust
+        from envs_fast.rust.backend import load_rust
         load_rust(port, env_id)
 print(json.dumps(record))
 """

@@ -6,7 +6,7 @@ and the JAX port's setup verification, written as a table (markdown and JSON) as
     python -m bench.gpu_table --download-wheels .whl                                 # what to carry there
 
 What it measures (the full plan; --quick swaps in CartPole/Pendulum at 4 and 16 envs):
-- raw: a jitted lax.scan of random-action steps (envs_fast.throughput.jax_runner: autoreset and time
+- raw: a jitted lax.scan of random-action steps (envs_fast.bench.throughput.jax_runner: autoreset and time
   limit included) at 1k, 4k and 16k envs, for the JAX BipedalWalker port, the JAX CartPole and Pendulum
   translations, and mjx HalfCheetah-v5 and Hopper-v5. Compile seconds: building the runner (the jit of
   reset and scan and their first calls), wall and this process's CPU.
@@ -137,7 +137,7 @@ def raw_worker(job: dict) -> dict:
     """In a process of its own: build one runner (timed), then time it holding the GPU lock."""
     import jax
 
-    from envs_fast.throughput import jax_runner, measure
+    from envs_fast.bench.throughput import jax_runner, measure
 
     started, cpu = time.perf_counter(), time.process_time()
     runner = jax_runner(job["spec"], job["env_id"], job["num_envs"], scan_steps=job["scan_steps"])

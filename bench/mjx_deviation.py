@@ -1,9 +1,9 @@
-"""How far one mjx step (envs_fast/mjx_backend.py) is from gymnasium's, from the same synced state, along
+"""How far one mjx step (envs_fast/mujoco/mjx.py) is from gymnasium's, from the same synced state, along
 random-action episodes (actions doubled, so half fall outside the ctrl range, and none every third step),
 reset on termination and, with --reset-every N, every N steps (a reset state's warm start is zero, where
 the constraint solve runs longest), split by whether the reference step had contacts. Run once in float32
 and once with --x64 to tell rounding (gone in float64) from algorithm (stays); --solver mjx steps MJX's own
-constraint solver instead of the backend's C-rule solve (envs_fast/mjx_c_engine.c_solve), to measure what
+constraint solver instead of the backend's C-rule solve (envs_fast.mujoco.c_solver.c_solve), to measure what
 that changes:
 
     .venv/bin/python -m bench.mjx_deviation --env Hopper-v5 [--steps 300] [--x64] [--solver c|mjx] [--reset-every 7]
@@ -37,7 +37,7 @@ def main() -> None:
     import gymnasium as gym
     import numpy as np
 
-    from envs_fast.mjx_backend import MjxEnv
+    from envs_fast.mujoco.mjx import MjxEnv
 
     env = MjxEnv(args.env, solver=args.solver)
     step = jax.jit(env.step)

@@ -1,5 +1,5 @@
-"""Raw steps/s of the mujoco_batch backend (envs_fast/mujoco_batch.py) side by side with gymnasium's
-own vector env and envpool's MuJoCo, measured in interleaved rounds (envs_fast.throughput.measure) so
+"""Raw steps/s of the mujoco_batch backend (envs_fast/mujoco/batch.py) side by side with gymnasium's
+own vector env and envpool's MuJoCo, measured in interleaved rounds (envs_fast.bench.throughput.measure) so
 every figure sees the same machine load.
 
     .venv/bin/python -m bench.mujoco_batch [--envs HalfCheetah-v5,Hopper-v5] [--num-envs 16] [--seconds 8]
@@ -30,8 +30,8 @@ import warnings
 import gymnasium as gym  # noqa: E402
 import numpy as np  # noqa: E402
 
-from envs_fast.mujoco_batch import MujocoBatchBackend, MujocoBatchVectorEnv  # noqa: E402
-from envs_fast.throughput import Runner, measure  # noqa: E402
+from envs_fast.mujoco.batch import MujocoBatchBackend, MujocoBatchVectorEnv  # noqa: E402
+from envs_fast.bench.throughput import Runner, measure  # noqa: E402
 
 
 def vector_env_runner(venv, seed: int = 0, chunk: int = 16) -> Runner:
@@ -51,7 +51,7 @@ def vector_env_runner(venv, seed: int = 0, chunk: int = 16) -> Runner:
 
 def envpool_env(env_id: str, num_envs: int, seed: int):
     """envpool's own MuJoCo build through envs_fast's adapter (the gymnasium spaces), or None."""
-    from envs_fast.envpool_backend import EnvpoolVectorEnv, envpool_supports
+    from envs_fast.backends.envpool_backend import EnvpoolVectorEnv, envpool_supports
 
     return EnvpoolVectorEnv(env_id, num_envs, seed) if envpool_supports(env_id) else None
 
@@ -108,7 +108,7 @@ def trajectory_match(env_ids: list[str], num_envs: int, steps: int, seed: int) -
     """Whole trajectories, not only up to the verifier's predictable horizon: the VectorEnv and gymnasium's
     SyncVectorEnv from reset(seed) under the same random actions for `steps` steps, autoresets and time
     limits included; counts the steps whose observations, rewards and flags are all bit for bit equal."""
-    from envs_fast.mujoco_batch import make_mujoco_batch_vec_env
+    from envs_fast.mujoco.batch import make_mujoco_batch_vec_env
 
     figures = {}
     for env_id in env_ids:

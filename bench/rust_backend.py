@@ -6,7 +6,7 @@ rounds, so that all figures see the same machine load).
 Adapter rows: the gymnasium VectorEnv each backend trains through on the host path, stepped with
 random actions drawn beforehand (so the figure is the env and its adapter, not the action sampler).
 Raw rows: the backend with no adapter: `autorl_step` called directly (autoreset through the resets
-array, no time limit), against the JAX translation's jitted lax.scan (envs_fast.throughput.jax_runner,
+array, no time limit), against the JAX translation's jitted lax.scan (envs_fast.bench.throughput.jax_runner,
 autoreset and time limit included).
 """
 import argparse
@@ -15,9 +15,9 @@ import warnings
 
 
 
-from envs_fast.throughput import Runner, jax_runner, measure, rust_runner  # noqa: E402
+from envs_fast.bench.throughput import Runner, jax_runner, measure, rust_runner  # noqa: E402
 from envs_fast.protocol import translation_path  # noqa: E402
-from envs_fast.rust_vector import make_rust_vec_env  # noqa: E402
+from envs_fast.rust.vector import make_rust_vec_env  # noqa: E402
 
 
 def adapter_runner(venv, seed: int = 0, chunk: int = 64) -> Runner:
@@ -46,7 +46,7 @@ def main() -> int:
     args = parser.parse_args()
     env_id, rust_path = args.env, translation_path(args.env, lang="rust")
     from envs_fast import make_vec_env
-    from envs_fast.envpool_backend import EnvpoolVectorEnv
+    from envs_fast.backends.envpool_backend import EnvpoolVectorEnv
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -113,8 +113,8 @@ def profile_in_this_process(env_id: str, warmup: int = 30, repeats: int = 30) ->
     import jax.numpy as jnp
     import numpy as np
 
-    from envs_fast.throughput import random_actions
-    from envs_fast.vector import derive_keys
+    from envs_fast.bench.throughput import random_actions
+    from envs_fast.backends.jax_vector import derive_keys
 
     spec_ = importlib.util.spec_from_file_location("candidate_train", TRAIN)
     train = importlib.util.module_from_spec(spec_)

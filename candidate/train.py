@@ -37,7 +37,7 @@ import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
 import evaluate  # noqa: E402  (the fixed harness: env factories)
-from envs_fast.vector import derive_keys  # noqa: E402  (counter-based keys: cheap to compile)
+from envs_fast.backends.jax_vector import derive_keys  # noqa: E402  (counter-based keys: cheap to compile)
 from policy_export import Unexportable, check_exportable, export_policy  # noqa: E402
 
 # >>> hyperparameters
@@ -286,8 +286,8 @@ def anneal(base_lr, progress):
 
 # ---------------------------------------------------------------- jax-e2e: the whole iteration compiled
 def train_end_to_end(spec, p, params):
-    from envs_fast.backend import load_functional
-    from envs_fast.vector import max_episode_steps
+    from envs_fast.backends.load import load_functional
+    from envs_fast.backends.jax_vector import max_episode_steps
 
     backend = load_functional(spec, ENV_ID)
     time_limit = max_episode_steps(ENV_ID) or evaluate.MAX_EPISODE_STEPS

@@ -89,7 +89,7 @@ def render() -> str:
 
 
 def _bench_parser(bench_module) -> argparse.ArgumentParser:
-    """envs_fast/bench.py builds its parser inside main(): capture it there."""
+    """envs_fast/bench/__init__.py builds its parser inside main(): capture it there."""
     captured = {}
     original = argparse.ArgumentParser.parse_args
 

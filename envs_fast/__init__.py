@@ -32,7 +32,7 @@ def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None,
 
     verified_only (default: in a training run): a backend `training_refusal` refuses is replaced by
     the reference, with a line on stderr saying why."""
-    from envs_fast.backend import load_functional
+    from envs_fast.backends.load import load_functional
     from envs_fast.protocol import check_env_id, is_rust_spec, resolve_spec
 
     check_env_id(env_id)
@@ -42,15 +42,15 @@ def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None,
         print(f"envs_fast.make_vec_env: {refusal}; stepping the reference instead", file=sys.stderr, flush=True)
         spec = "reference"
     if spec == "mujoco_batch":
-        from envs_fast.mujoco_batch import make_mujoco_batch_vec_env
+        from envs_fast.mujoco.batch import make_mujoco_batch_vec_env
 
         return make_mujoco_batch_vec_env(env_id, num_envs, seed)
     if is_rust_spec(spec):
-        from envs_fast.rust_vector import make_rust_vec_env
+        from envs_fast.rust.vector import make_rust_vec_env
 
         return make_rust_vec_env(spec, env_id, num_envs, seed)
     if spec == "envpool":
-        from envs_fast.envpool_backend import EnvpoolVectorEnv, envpool_supports
+        from envs_fast.backends.envpool_backend import EnvpoolVectorEnv, envpool_supports
 
         if not envpool_supports(env_id):
             raise BackendError(f"envpool does not support {env_id!r}")
@@ -62,7 +62,7 @@ def make_vec_env(spec: str, env_id: str, num_envs: int, seed: int | None = None,
         if seed is not None:
             env.action_space.seed(seed)
         return env
-    from envs_fast.vector import JaxVectorEnv
+    from envs_fast.backends.jax_vector import JaxVectorEnv
 
     return JaxVectorEnv(load_functional(spec, env_id, root, verified_only=False), num_envs, seed)
 
@@ -74,9 +74,9 @@ def choose_backend(env_id: str, num_envs: int, root: str | Path | None = None, e
     Candidates, in the default order:
       1. the translations `<root>/envs_fast/translations/<slug>.py` (JAX) and `<root>/envs_fast/translations/<slug>.rs` (Rust;
          root: this repository), each if its cached verdict for its current content passes;
-      2. "mujoco_batch" (envs_fast/mujoco_batch.py: the MuJoCo env's Python over the reference's own
+      2. "mujoco_batch" (envs_fast/mujoco/batch.py: the MuJoCo env's Python over the reference's own
          engine, batched), if it covers the env and its cached verdict passes;
-      3. "mjx" (envs_fast/mjx_backend.py: the same envs on MJX, MuJoCo's JAX port, for GPUs), if it
+      3. "mjx" (envs_fast/mujoco/mjx.py: the same envs on MJX, MuJoCo's JAX port, for GPUs), if it
          covers the env and its cached verdict passes;
       4. "gymnax", if gymnax has the env and its cached verdict passes;
       5. "envpool", if envpool is installed and has the env: trusted without a verdict (as the
@@ -104,8 +104,8 @@ STATISTICAL_MARGIN = 1.25
 
 def _fastest(env_id: str, num_envs: int, translations: list[Path], environment: dict | None = None) -> str:
     from envs_fast import cache
-    from envs_fast.gymnax_backend import gymnax_supports
-    from envs_fast.mujoco_batch import supports as mujoco_batch_supports
+    from envs_fast.backends.gymnax_backend import gymnax_supports
+    from envs_fast.mujoco.locomotion import supports as mujoco_batch_supports
 
     def verdict(spec: str) -> bool | None:
         record = cache.cached_verdict(spec, env_id, environment)
@@ -135,7 +135,7 @@ def _fastest(env_id: str, num_envs: int, translations: list[Path], environment: 
 
 def _envpool_supports(env_id: str) -> bool:
     try:
-        from envs_fast.envpool_backend import envpool_supports
+        from envs_fast.backends.envpool_backend import envpool_supports
     except ImportError:
         return False
     return envpool_supports(env_id)

@@ -29,10 +29,10 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from envs_fast.protocol import TRANSLATIONS_DIR, file_hash, is_file_spec, is_rust_spec, sync_companion
+from envs_fast.protocol import (CACHE_ENV_VAR, TRANSLATIONS_DIR, cache_dir, file_hash, is_file_spec,  # noqa: F401
+                                is_rust_spec, sync_companion)
 
 PACKAGE_DIR = Path(__file__).resolve().parent
-CACHE_ENV_VAR = "AUTORL_VERIFY_CACHE"
 PACKAGES = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "jax-cuda13-plugin", "jax-cuda13-pjrt",
             "gymnasium", "numpy", "scipy", "torch", "envpool", "gymnax", "box2d-py", "box2d", "mujoco", "mujoco-mjx")
 
@@ -58,25 +58,6 @@ def reading_from(folder: Path):
             os.environ.pop(CACHE_ENV_VAR, None)
         else:
             os.environ[CACHE_ENV_VAR] = outer
-
-
-def cache_dir() -> Path:
-    configured = os.environ.get(CACHE_ENV_VAR)
-    return Path(configured) if configured else _main_checkout(PACKAGE_DIR.parent) / ".envs_fast_cache"
-
-
-def _main_checkout(root: Path) -> Path:
-    """The main checkout when `root` is a git worktree (runs/<tag>/), so a run's train process finds
-    the verdicts the daemon stored; records are keyed by content, so sharing them is safe."""
-    marker = root / ".git"
-    if marker.is_file():
-        text = marker.read_text().strip()
-        if text.startswith("gitdir:"):
-            gitdir = Path(text.split(":", 1)[1].strip())
-            gitdir = gitdir if gitdir.is_absolute() else (root / gitdir).resolve()
-            if gitdir.parent.name == "worktrees":
-                return gitdir.parent.parent.parent
-    return root
 
 
 def package_versions() -> dict[str, str]:
@@ -148,7 +129,7 @@ def machine() -> dict:
 
 
 def rustc() -> str:
-    from envs_fast.rust_toolchain import rustc_available, rustc_version
+    from envs_fast.rust.toolchain import rustc_available, rustc_version
 
     return rustc_version() if rustc_available() else "no rustc"
 

@@ -8,7 +8,7 @@ checkout ships a port of its scene (BipedalWalker-v3: envs_fast/translations/bip
 solver translated) is translatable: translate experiments improve that port. The daemon asks this
 before it schedules translate experiments for a code-writing agent. Decided by the env spec's entry
 point module and the shipped files alone: nothing is instantiated. MuJoCo envs that
-envs_fast/mujoco_batch.py covers have verifiable backends without any translation (`engine_backends`):
+envs_fast/mujoco/batch.py covers have verifiable backends without any translation (`engine_backends`):
 "mujoco_batch", the reference's own engine stepped in batches on CPU threads (mujoco >= 4.0), and "mjx",
 the same env's Python over MJX, MuJoCo's JAX port (the mujoco-mjx package), which compiles for a GPU.
 Setup verifies them and training may use them; the bench's train_sps decides between them on the
@@ -64,11 +64,11 @@ def shipped_port(env_id: str, root: Optional[Path] = None) -> Optional[Path]:
 def engine_backends(env_id: str) -> list[str]:
     """The backends that run `env_id` on its reference's engine with the env's Python translated
     around it and state synced, so verified step by step like a translation (no agent writes them),
-    for the MuJoCo v5 envs envs_fast/mujoco_batch.py covers: "mujoco_batch" where mujoco.batch imports
+    for the MuJoCo v5 envs envs_fast/mujoco/locomotion.py translates: "mujoco_batch" where mujoco.batch imports
     (mujoco >= 4.0), "mjx" where mujoco.mjx does (the mujoco-mjx package). Empty for other envs."""
     if engine_of(env_id) != "MuJoCo":
         return []
-    from envs_fast.mujoco_batch import supports
+    from envs_fast.mujoco.locomotion import supports
 
     if not supports(env_id):
         return []

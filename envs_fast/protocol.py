@@ -7,11 +7,12 @@ of every translation, JAX or Rust; only third-party adapters such as gymnax lack
 Vector backends (envpool, the gymnasium reference) are `gymnasium.vector.VectorEnv`s instead.
 
 This module imports nothing else from envs_fast, so any module may import it (no import cycles):
-loading a spec lives in `backend.py`, gymnax in `gymnax_backend.py`, backend choice in `__init__.py`.
+loading a spec lives in `backends/load.py`, gymnax in `backends/gymnax_backend.py`, backend choice in `__init__.py`.
 """
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,11 +21,33 @@ from typing import Any, Callable, Protocol
 PACKAGE_DIR = Path(__file__).resolve().parent
 PROTOCOL_FUNCTIONS = ("reset", "step", "state_from_reference", "state_to_reference")
 VECTOR_SPECS = ("envpool", "reference")
-# Backends on the reference's engine (its own, batched: envs_fast/mujoco_batch.py; or its JAX port MJX:
-# envs_fast/mjx_backend.py), with the env's Python translated and state synced, so verified step by step
+# Backends on the reference's engine (its own, batched: envs_fast/mujoco/batch.py; or its JAX port MJX:
+# envs_fast/mujoco/mjx.py), with the env's Python translated and state synced, so verified step by step
 # like a translation though no file of the env's is theirs
 ENGINE_SPECS = ("mujoco_batch", "mjx")
 TRANSLATION_ALIASES = ("jax", "translation")
+# where verdicts, throughput figures and built Rust libraries are kept (cache.py, rust/build.py)
+CACHE_ENV_VAR = "AUTORL_VERIFY_CACHE"
+
+
+def cache_dir() -> Path:
+    """$AUTORL_VERIFY_CACHE, else the main checkout's .envs_fast_cache (shared by its worktrees)."""
+    configured = os.environ.get(CACHE_ENV_VAR)
+    return Path(configured) if configured else main_checkout(PACKAGE_DIR.parent) / ".envs_fast_cache"
+
+
+def main_checkout(root: Path) -> Path:
+    """The main checkout when `root` is a git worktree (runs/<tag>/), so a run's train process finds
+    the verdicts the daemon stored; records are keyed by content, so sharing them is safe."""
+    marker = root / ".git"
+    if marker.is_file():
+        text = marker.read_text().strip()
+        if text.startswith("gitdir:"):
+            gitdir = Path(text.split(":", 1)[1].strip())
+            gitdir = gitdir if gitdir.is_absolute() else (root / gitdir).resolve()
+            if gitdir.parent.name == "worktrees":
+                return gitdir.parent.parent.parent
+    return root
 
 
 class BackendError(ValueError):
@@ -146,7 +169,7 @@ RUST_SUFFIX = ".rs"
 
 
 def is_rust_spec(spec: str) -> bool:
-    """A Rust translation: the spec is a `.rs` source file (see rust_backend.py)."""
+    """A Rust translation: the spec is a `.rs` source file (see rust/backend.py)."""
     return str(spec).endswith(RUST_SUFFIX)
 
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Generator, Optional
 
 from envs_fast.protocol import translation_files, translation_path
-from envs_fast.report import report_lines
+from envs_fast.verify.report import report_lines
 
 from .artifacts import TRAIN_SCRIPT, log_tail
 from .daemon import log

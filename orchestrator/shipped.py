@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Optional
 
 from envs_fast.protocol import is_file_spec, is_rust_spec, translation_files, translation_path
-from envs_fast.report import report_lines
+from envs_fast.verify.report import report_lines
 
 from .artifacts import TRAIN_SCRIPT
 from .config import RunConfig
@@ -88,7 +88,7 @@ def shipped_specs(env_id: str, workspace: Workspace, commit: str, environment: O
     ships), then mujoco_batch and, where training has a GPU, mjx (MuJoCo envs they cover), then
     gymnax. `environment`: where training runs (runner.record_environment(); None: this machine)."""
     from envs_fast.cache import machine
-    from envs_fast.gymnax_backend import gymnax_supports
+    from envs_fast.backends.gymnax_backend import gymnax_supports
     from envs_fast.portability import engine_backends, engine_of
 
     specs = [translation_path(env_id, ".", lang).as_posix() for lang in ("jax", "rust")]
@@ -125,7 +125,7 @@ def unverified_rivals(env_id: str, specs: list[str], environment: Optional[dict]
 
     if not set(specs) & set(engine_backends(env_id)):
         return []
-    from envs_fast.envpool_backend import envpool_supports
+    from envs_fast.backends.envpool_backend import envpool_supports
 
     verdict = cached_verdict("envpool", env_id, environment)
     return ["envpool"] if envpool_supports(env_id) and (verdict is None or verdict.get("passed")) else []
@@ -271,7 +271,7 @@ def builds_rust(environment: Optional[dict] = None) -> bool:
     Modal container's) reports, else this machine's."""
     if environment and "rustc" in environment:
         return environment["rustc"] != "no rustc"
-    from envs_fast.rust_build import rustc_available
+    from envs_fast.rust.build import rustc_available
 
     return rustc_available()
 
@@ -280,7 +280,7 @@ def _library(backend: Shipped) -> Optional[str]:
     """The folder name of a Rust translation's built library (`<source>-<toolchain>`)."""
     if not is_rust_spec(backend.local):
         return None
-    from envs_fast.rust_build import library_path, rustc_available
+    from envs_fast.rust.build import library_path, rustc_available
 
     return library_path(backend.local).parent.name if rustc_available() else None
 

@@ -22,8 +22,8 @@ pytest.importorskip("Box2D", reason="BipedalWalker's reference needs Box2D (gymn
 
 from envs_fast.translations import bipedalwalker_v3 as port  # noqa: E402
 from envs_fast.translations import bipedalwalker_v3_sync as sync  # noqa: E402
-from envs_fast.rust_backend import load_rust  # noqa: E402
-from envs_fast.rust_build import rustc_available  # noqa: E402
+from envs_fast.rust.backend import load_rust  # noqa: E402
+from envs_fast.rust.build import rustc_available  # noqa: E402
 
 ENV_ID = "BipedalWalker-v3"
 BATCH = 4

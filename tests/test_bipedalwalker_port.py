@@ -18,8 +18,8 @@ from gymnasium.envs.box2d.bipedal_walker import (  # noqa: E402
     HULL_POLY, LEG_H, LEG_W, SCALE, TERRAIN_STEP, BipedalWalkerHeuristics)
 from scipy import stats  # noqa: E402
 
-from envs_fast.rust_backend import load_rust  # noqa: E402
-from envs_fast.rust_build import rustc_available  # noqa: E402
+from envs_fast.rust.backend import load_rust  # noqa: E402
+from envs_fast.rust.build import rustc_available  # noqa: E402
 from envs_fast.translations import bipedalwalker_v3_sync as sync  # noqa: E402
 
 pytestmark = [pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH"),

@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("Box2D", reason="BipedalWalker's reference needs Box2D (gymnasium[box2d])")
 
-from envs_fast import backend as backends  # noqa: E402
+from envs_fast.backends import load as backends  # noqa: E402
 from envs_fast.translations import bipedalwalker_v3_sync as sync  # noqa: E402
-from envs_fast.rust_build import rustc_available  # noqa: E402
+from envs_fast.rust.build import rustc_available  # noqa: E402
 from envs_fast.verify import Settings, verify  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("private_cache")

@@ -10,8 +10,8 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 import envs_fast
-from envs_fast import cache
-from envs_fast.backend import BackendError
+from envs_fast import cache, protocol
+from envs_fast.backends.load import BackendError
 from envs_fast.bench import bench, main as bench_main
 
 pytestmark = pytest.mark.usefixtures("private_cache")
@@ -160,7 +160,7 @@ def test_worktrees_share_the_main_checkouts_verdict_cache(tmp_path, monkeypatch)
     repo.index.add(["README"])
     repo.index.commit("init")
     repo.git.worktree("add", "--detach", str(main / "runs" / "tag"))
-    assert cache._main_checkout(main / "runs" / "tag") == main
-    assert cache._main_checkout(main) == main
+    assert protocol.main_checkout(main / "runs" / "tag") == main
+    assert protocol.main_checkout(main) == main
     monkeypatch.delenv("AUTORL_VERIFY_CACHE")
     assert cache.cache_dir() == REPO / ".envs_fast_cache"

@@ -1,4 +1,4 @@
-"""The Rust backend kind (envs_fast/rust_build.py, rust_backend.py, rust_vector.py): building and
+"""The Rust backend kind (envs_fast/rust/: build.py, backend.py, vector.py): building and
 its cache, the ABI checks, the two worked examples against gymnasium step by step, and the
 VectorEnv adapter's semantics."""
 import json
@@ -15,11 +15,11 @@ import pytest
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from envs_fast import rust_build, rust_toolchain
+from envs_fast.rust import build as rust_build, toolchain as rust_toolchain
 from envs_fast.protocol import BackendError, BuildError
-from envs_fast.rust_backend import load_rust
-from envs_fast.rust_build import build, rustc_available
-from envs_fast.rust_vector import RustVectorEnv
+from envs_fast.rust.backend import load_rust
+from envs_fast.rust.build import build, rustc_available
+from envs_fast.rust.vector import RustVectorEnv
 from envs_fast.verify import main as verify_main
 
 pytestmark = [pytest.mark.skipif(not rustc_available(), reason="rustc not found on PATH"),

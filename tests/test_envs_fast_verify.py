@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from envs_fast.backend import BackendError
+from envs_fast.backends.load import BackendError
 from envs_fast.verify import Settings, main, verify
 
 pytestmark = pytest.mark.usefixtures("private_cache")
@@ -254,7 +254,7 @@ def test_sync_status_is_computed_once_even_when_l2_and_l3_both_run(monkeypatch):
 
 
 def test_a_backend_that_does_not_build_fails_l1_builds_with_the_compiler_message(monkeypatch, capsys):
-    import envs_fast.backend
+    import envs_fast.backends.load
     from envs_fast.protocol import BuildError
 
     message = "error[E0425]: cannot find value `GRAVITY` in this scope"
@@ -262,7 +262,7 @@ def test_a_backend_that_does_not_build_fails_l1_builds_with_the_compiler_message
     def does_not_build(spec, env_id, root=None):
         raise BuildError(message)
 
-    monkeypatch.setattr(envs_fast.backend, "load_batched", does_not_build)
+    monkeypatch.setattr(envs_fast.backends.load, "load_batched", does_not_build)
     report = verify("CartPole-v1", "jax", (1, 2, 3), QUICK)
     assert not report.passed
     assert [level.level for level in report.levels] == [1]
@@ -277,8 +277,8 @@ def test_a_jax_backend_answers_every_batch_size_with_one_compiled_program():
     are those it would get alone, and reset and step compile once each."""
     import numpy as np
 
-    from envs_fast.backend import load_batched
-    from envs_fast.jax_batched import BATCH
+    from envs_fast.backends.load import load_batched
+    from envs_fast.backends.jax_batched import BATCH
 
     backend = load_batched("envs_fast/translations/cartpole_v1.py", "CartPole-v1")
     seeds = np.arange(BATCH + 300, dtype=np.uint32)  # past one chunk
@@ -307,7 +307,7 @@ def jax_leaves(tree):
 
 def test_loading_gymnax_leaves_seaborn_until_something_renders():
     """gymnax imports seaborn for two renderers: 2 s of every gymnax training run's budget."""
-    code = ("import sys\nfrom envs_fast.gymnax_backend import load_gymnax\nload_gymnax('CartPole-v1')\n"
+    code = ("import sys\nfrom envs_fast.backends.gymnax_backend import load_gymnax\nload_gymnax('CartPole-v1')\n"
             "print('seaborn.palettes' in sys.modules)\n"
             "import gymnax.environments.misc.pong as pong\nprint(len(pong.sns.color_palette('cubehelix', 3)))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -318,7 +318,7 @@ def test_loading_gymnax_leaves_seaborn_until_something_renders():
 def test_l1_tells_distributions_apart_but_not_two_roundings_of_one_constant():
     """A reset component both sides hold at one value up to float rounding (the BipedalWalker JAX
     port's lidar reading 0.5341 +- 4e-7) is one value, as L2 would call it; KS alone fails it."""
-    from envs_fast.stats import same_distribution_p
+    from envs_fast.verify.stats import same_distribution_p
     from envs_fast.verify.properties import component_p
 
     rng = np.random.default_rng(0)
@@ -399,7 +399,7 @@ def test_the_boundary_search_checks_the_same_states_however_slow_the_machine(mon
     import time
 
     import envs_fast.translations.cartpole_v1 as port
-    from envs_fast.probes import ReferenceStepper, collect_boundary_samples, flat_values, probe_actions
+    from envs_fast.verify.probes import ReferenceStepper, collect_boundary_samples, flat_values, probe_actions
 
     def search() -> list[str]:
         stepper = ReferenceStepper("CartPole-v1", port)

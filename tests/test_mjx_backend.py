@@ -1,4 +1,4 @@
-"""The mjx backend (envs_fast/mjx_backend.py) against real gymnasium MuJoCo v5 envs, on the real MJX
+"""The mjx backend (envs_fast/mujoco/mjx.py) against real gymnasium MuJoCo v5 envs, on the real MJX
 (the mujoco-mjx package) and JAX. MJX is not the reference's engine and computes in float32, so steps
 agree within a tolerance, not bit for bit (ABSOLUTE, RELATIVE below). Also: an XML MJX does not implement is refused naming the feature,
 portability lists both engine backends, and choose_backend ranks mjx by its measured speed."""
@@ -15,7 +15,7 @@ jax = pytest.importorskip("jax")
 
 import envs_fast  # noqa: E402
 from envs_fast import cache  # noqa: E402
-from envs_fast.mjx_backend import MjxEnv  # noqa: E402
+from envs_fast.mujoco.mjx import MjxEnv  # noqa: E402
 from envs_fast.portability import engine_backends, no_port_reason  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("private_cache"), pytest.mark.filterwarnings("ignore::UserWarning")]
@@ -151,7 +151,7 @@ def test_a_wrong_mjx_model_fails_l2_naming_the_field(monkeypatch):
     higher fails `step from rollout states`, and the report names the differing fields."""
     import copy
 
-    from envs_fast import mjx_backend
+    from envs_fast.mujoco import mjx as mjx_backend
     from envs_fast.verify import verify
     from envs_fast.verify.context import Settings
 
@@ -292,7 +292,7 @@ def test_the_batched_mjx_step_calls_no_lapack(env_id):
 def test_c_cholesky_solves_like_numpy_and_floors_a_singular_diagonal_as_c_does():
     """chol_factor / chol_solve (mju_cholFactor / mju_cholSolve in JAX ops): on a symmetric positive definite
     matrix they solve as numpy does; a zero pivot is raised to mjMINVAL (C's rule) instead of NaN."""
-    from envs_fast.mjx_c_engine import MJ_MINVAL, chol_factor, chol_solve
+    from envs_fast.mujoco.c_solver import MJ_MINVAL, chol_factor, chol_solve
 
     with jax.enable_x64(True):
         rng = np.random.default_rng(0)

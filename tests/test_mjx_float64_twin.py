@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("mujoco.mjx", reason="mujoco-mjx is not installed")
 jax = pytest.importorskip("jax")
 
-from envs_fast.backend import load_batched, load_float64_twin  # noqa: E402
+from envs_fast.backends.load import load_batched, load_float64_twin  # noqa: E402
 from envs_fast.verify import verify  # noqa: E402
 from envs_fast.verify.context import Settings  # noqa: E402
 

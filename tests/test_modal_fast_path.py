@@ -132,9 +132,9 @@ def test_a_run_whose_envs_fast_is_not_the_images_still_trains_on_what_it_verifie
     from orchestrator.runners.base import Slot
     from tests.test_modal_runner import OneRunner
 
-    stats = (AUTORL_ROOT / "envs_fast" / "stats.py").read_text() + "\n# edited after the image was built\n"
+    stats = (AUTORL_ROOT / "envs_fast" / "verify" / "stats.py").read_text() + "\n# edited after the image was built\n"
     r = OneRunner(autorl_repo, tmp_path / "r", (AUTORL_ROOT / "candidate" / "train.py").read_text(),
-                  files={"envs_fast/stats.py": stats})
+                  files={"envs_fast/verify/stats.py": stats})
     try:
         run_envs_fast = source_hashes(r.runner.workspace.path / "envs_fast")
         assert run_envs_fast != source_hashes()   # the fake's containers import this checkout's, as an image would

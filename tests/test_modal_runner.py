@@ -186,7 +186,7 @@ def test_check_calls_are_billed_into_the_next_row(one_runner):
 def test_setup_ships_a_rust_port_only_where_the_containers_can_build_it(one_runner, image_rust):
     """A container has the image's PATH, not this machine's: setup asks the containers for their rustc
     (this machine had one, and a night sent the Rust port to containers that could not build it)."""
-    from envs_fast.rust_build import rustc_available
+    from envs_fast.rust.build import rustc_available
     from orchestrator.shipped import shipped_specs
 
     if not rustc_available():

@@ -1,4 +1,4 @@
-"""The mujoco_batch backend (envs_fast/mujoco_batch.py) against real gymnasium MuJoCo v5 envs on the real
+"""The mujoco_batch backend (envs_fast/mujoco/batch.py) against real gymnasium MuJoCo v5 envs on the real
 mujoco.batch: the same engine, so every comparison here is bit for bit (np.array_equal, ==), not within a
 tolerance. One step from synced states, reset noise per seed, the VectorEnv's NEXT_STEP autoreset and
 time limit against gymnasium's own SyncVectorEnv, the spec's plumbing, and the one-line refusal."""
@@ -13,8 +13,9 @@ pytest.importorskip("mujoco.batch", reason="mujoco >= 4.0 (mujoco.batch) is not 
 
 import envs_fast  # noqa: E402
 from envs_fast import cache  # noqa: E402
-from envs_fast.mujoco_batch import RULES, MujocoBatchBackend, make_mujoco_batch_vec_env  # noqa: E402
-from envs_fast.probes import flat_values, numpy_tree  # noqa: E402
+from envs_fast.mujoco.batch import MujocoBatchBackend, make_mujoco_batch_vec_env  # noqa: E402
+from envs_fast.mujoco.locomotion import RULES  # noqa: E402
+from envs_fast.verify.probes import flat_values, numpy_tree  # noqa: E402
 from envs_fast.protocol import BackendError  # noqa: E402
 
 pytestmark = [pytest.mark.usefixtures("private_cache"), pytest.mark.filterwarnings("ignore::UserWarning")]

@@ -10,7 +10,7 @@ import json
 import pytest
 
 from envs_fast import cache
-from envs_fast.rust_build import rustc_available
+from envs_fast.rust.build import rustc_available
 from envs_fast.verify import Settings, verify
 from tests.train_helpers import edited_copy
 

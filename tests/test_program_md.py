@@ -75,7 +75,7 @@ def test_every_file_it_names_exists(path):
                                        if not name.endswith((".py", ".rs", ".md"))])
 def test_every_module_attribute_it_names_exists(attribute):
     try:
-        importlib.import_module(attribute)  # a submodule (envs_fast.backend)
+        importlib.import_module(attribute)  # a submodule (envs_fast.backends.load)
         return
     except ImportError:
         module, name = attribute.rsplit(".", 1)

@@ -93,8 +93,8 @@ def test_setup_verifies_what_ships_reuses_it_next_time_and_falls_back_from_a_bro
     # envs_fast edited, as after a pull): records are named by the envs_fast the run's processes
     # import, not the daemon's, so the first run's verdicts apply and it trains on what they verified.
     first_commit = git.Repo(repo).head.commit.hexsha
-    report_py = (repo / "envs_fast" / "report.py").read_text()
-    commit_file(repo, "envs_fast/report.py", report_py + "\n# edited after the first run\n", "edit envs_fast")
+    report_py = (repo / "envs_fast" / "verify" / "report.py").read_text()
+    commit_file(repo, "envs_fast/verify/report.py", report_py + "\n# edited after the first run\n", "edit envs_fast")
     older_dir, older_log, older = setup_run(repo, "older", user_cache, "--from", first_commit)
     for spec in SHIPPED:
         assert re.search(rf"INFO setup: {re.escape(spec)}: verified L1-L3.* by an earlier run \(user cache\)",
@@ -102,7 +102,7 @@ def test_setup_verifies_what_ships_reuses_it_next_time_and_falls_back_from_a_bro
     assert "verifying" not in older_log, older_log
     assert older["backend"] == choice["backend"], older
     assert train_summary(older_dir / "exp-0000" / "train.log")["path"] == "jax-e2e"
-    commit_file(repo, "envs_fast/report.py", report_py, "undo the edit")
+    commit_file(repo, "envs_fast/verify/report.py", report_py, "undo the edit")
 
     # The next run on the same content takes every record from the user cache: nothing is verified or
     # benchmarked. (Its train.py has the same hyperparameters but stops at once: only setup matters here.)

@@ -8,8 +8,8 @@ import pytest
 
 import envs_fast
 from envs_fast import cache
-from envs_fast.backend import load_functional
-from envs_fast.vector import JaxVectorEnv
+from envs_fast.backends.load import load_functional
+from envs_fast.backends.jax_vector import JaxVectorEnv
 from tests.train_helpers import TRANSLATIONS, edited_copy, run_train, store_passing_verdicts, summary
 
 CARTPOLE = str(TRANSLATIONS["CartPole-v1"])

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import evaluate
-from envs_fast.backend import load_functional
-from envs_fast.vector import JaxVectorEnv
+from envs_fast.backends.load import load_functional
+from envs_fast.backends.jax_vector import JaxVectorEnv
 from policy_export import export_policy
 from tests.train_helpers import TRANSLATIONS, load_train, run_train, store_passing_verdicts, summary
 

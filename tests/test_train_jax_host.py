@@ -12,7 +12,7 @@ import pytest
 
 import evaluate
 from envs_fast import cache
-from envs_fast.rust_build import rustc_available
+from envs_fast.rust.build import rustc_available
 from tests.train_helpers import REPO, TRANSLATIONS, load_train, run_train, summary
 
 CARTPOLE_RS = REPO / "envs_fast" / "translations" / "cartpole_v1.rs"
@@ -23,7 +23,7 @@ needs_rustc = pytest.mark.skipif(not rustc_available(), reason="rustc not found 
 def rust_verified(tmp_path, monkeypatch):
     """A private verdict cache in which the shipped CartPole Rust translation passes, its library built
     there beforehand (as run setup leaves it: no training run compiles Rust in its budget)."""
-    from envs_fast.rust_backend import load_rust
+    from envs_fast.rust.backend import load_rust
 
     cache_dir = tmp_path / "cache"
     monkeypatch.setenv(cache.CACHE_ENV_VAR, str(cache_dir))

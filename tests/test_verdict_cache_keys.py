@@ -15,7 +15,7 @@ ENV = "CartPole-v1"
 def test_the_decisive_sources_are_every_module_of_envs_fast_but_the_translations():
     names = {p.relative_to(cache.PACKAGE_DIR).as_posix() for p in cache.decisive_sources()}
     # what the review found left out: the report, XLA's options, the gate, the cache, the bench and throughput code
-    assert {"report.py", "compiling.py", "gate.py", "cache.py", "bench.py", "throughput.py", "__init__.py",
+    assert {"verify/report.py", "compiling.py", "gate.py", "cache.py", "bench/__init__.py", "bench/throughput.py", "__init__.py",
             "verify/interactions.py"} <= names
     assert not {name for name in names if name.startswith("translations/")}
     assert "translations/cartpole_v1.py" not in names and "translations/acrobot_v1_sync.py" not in names
@@ -43,7 +43,7 @@ def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(private_c
     fresh_after(lambda m: m.setattr(cache, "machine", lambda: {**here, "gpus": "NVIDIA H100 80GB HBM3"}))
     # a module that decides verdicts (the report, the gate, ...) edited: its own copy of envs_fast. The
     # record lists the modules its writer had imported: these four are, here
-    import envs_fast.gate, envs_fast.report, envs_fast.throughput, envs_fast.verify.interactions  # noqa: E401, F401
+    import envs_fast.gate, envs_fast.verify.report, envs_fast.bench.throughput, envs_fast.verify.interactions  # noqa: E401, F401
 
     cache.store_verdict(str(translation), ENV, [1, 2, 3], True, "passed")
     package = tmp_path / "envs_fast"
@@ -51,7 +51,7 @@ def test_changing_any_input_of_a_verdict_asks_for_a_fresh_verification(private_c
     with monkeypatch.context() as m:
         m.setattr(cache, "PACKAGE_DIR", package)
         assert cache.cached_verdict(str(translation), ENV) is not None   # the same sources: it holds
-        for module in ("report.py", "gate.py", "throughput.py", "verify/interactions.py"):
+        for module in ("verify/report.py", "gate.py", "bench/throughput.py", "verify/interactions.py"):
             original = (package / module).read_text()
             (package / module).write_text(original + "\n# changed\n")
             assert cache.cached_verdict(str(translation), ENV) is None, module
@@ -96,8 +96,9 @@ def test_a_verdict_depends_on_what_its_verification_imported_and_nothing_else(tm
                           timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (written,) = [json.loads(p.read_text()) for p in records.glob("verdict-*.json")]
-    assert written["passed"] and {"verify/interactions.py", "rust_backend.py", "cache.py"} <= set(written["sources"])
-    assert not {"mjx_c_engine.py", "mjx_backend.py", "mujoco_batch.py", "envpool_backend.py"} & set(written["sources"])
+    assert written["passed"] and {"verify/interactions.py", "rust/backend.py", "cache.py"} <= set(written["sources"])
+    assert not {"mujoco/mjx_c_engine.py", "mujoco/c_solver.py", "mujoco/mjx.py", "mujoco/batch.py",
+                "mujoco/locomotion.py", "backends/envpool_backend.py"} & set(written["sources"])
 
     def found() -> bool:
         environment = cache.environment(root / "envs_fast")
@@ -105,8 +106,8 @@ def test_a_verdict_depends_on_what_its_verification_imported_and_nothing_else(tm
             return cache.cached_verdict(spec, ENV, environment) is not None
 
     assert found()
-    for module, holds in (("mjx_c_engine.py", True), ("mujoco_batch.py", True), ("verify/interactions.py", False),
-                          ("rust_backend.py", False)):
+    for module, holds in (("mujoco/mjx_c_engine.py", True), ("mujoco/batch.py", True), ("verify/interactions.py", False),
+                          ("rust/backend.py", False)):
         original = (root / "envs_fast" / module).read_text()
         (root / "envs_fast" / module).write_text(original + "\n# changed\n")
         assert found() is holds, module
@@ -130,7 +131,7 @@ def test_a_translations_verdict_depends_on_its_sync_companion(private_cache, tmp
 
 
 def test_a_rust_verdict_depends_on_the_compiler(private_cache, monkeypatch):
-    from envs_fast import rust_toolchain
+    from envs_fast.rust import toolchain as rust_toolchain
 
     rust = cache.PACKAGE_DIR / "translations" / "cartpole_v1.rs"
     monkeypatch.setattr(rust_toolchain, "rustc_available", lambda: True)

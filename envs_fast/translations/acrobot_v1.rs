@@ -1,6 +1,6 @@
 //! Acrobot-v1 in Rust, equivalent to gymnasium 1.x `classic_control/acrobot.py` ("book" dynamics,
 //! no torque noise, one RK4 step over [0, dt] per env step, float64 state like the reference).
-//! The batched C ABI is documented in envs_fast/rust_backend.py; the framework auto-resets finished
+//! The batched C ABI is documented in envs_fast/rust/backend.py; the framework auto-resets finished
 //! envs and applies the 500-step time limit. Std only: everything below "ABI" is the same in every
 //! translation.
 use std::f64::consts::PI;
@@ -137,7 +137,7 @@ impl Rng {
     }
 }
 
-// ---------------------------------------------------------------- ABI (see envs_fast/rust_backend.py)
+// ---------------------------------------------------------------- ABI (see envs_fast/rust/backend.py)
 
 const ABI_VERSION: u32 = 1;
 const MIN_ENVS_PER_THREAD: usize = 4096; // below this a thread costs more than it saves

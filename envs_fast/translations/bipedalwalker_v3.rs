@@ -9,7 +9,7 @@
 //!   iterations, sleeping), b2RevoluteJoint (motor, limits), b2EdgeShape::RayCast for the lidar.
 //!   continuous collision: b2World::SolveTOI with b2TimeOfImpact (conservative advancement over
 //!   b2Distance's GJK) and b2Island::SolveTOI's sub-steps.
-//! The batched C ABI is documented in envs_fast/rust_backend.py; the framework auto-resets finished
+//! The batched C ABI is documented in envs_fast/rust/backend.py; the framework auto-resets finished
 //! envs and applies the 1600-step time limit.
 //!
 //! State (f64 per env, names from autorl_state_fields; bipedalwalker_v3_sync.py reads and writes it):
@@ -2921,7 +2921,7 @@ impl Rng {
     }
 }
 
-// ---------------------------------------------------------------- ABI (see envs_fast/rust_backend.py)
+// ---------------------------------------------------------------- ABI (see envs_fast/rust/backend.py)
 
 const ABI_VERSION: u32 = 1;
 const MIN_ENVS_PER_THREAD: usize = 8; // a physics step costs ~50-100 us: at 16 envs two threads step 1.45x one (measured before SPIN)

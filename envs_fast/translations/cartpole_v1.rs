@@ -1,5 +1,5 @@
 //! CartPole-v1 in Rust, equivalent to gymnasium 1.x `classic_control/cartpole.py` (explicit Euler,
-//! float64 state like the reference). The batched C ABI is documented in envs_fast/rust_backend.py;
+//! float64 state like the reference). The batched C ABI is documented in envs_fast/rust/backend.py;
 //! the framework auto-resets finished envs and applies the 500-step time limit.
 //! Std only: everything below "ABI" is the same in every translation.
 use std::os::raw::c_char;
@@ -85,7 +85,7 @@ impl Rng {
     }
 }
 
-// ---------------------------------------------------------------- ABI (see envs_fast/rust_backend.py)
+// ---------------------------------------------------------------- ABI (see envs_fast/rust/backend.py)
 
 const ABI_VERSION: u32 = 1;
 const MIN_ENVS_PER_THREAD: usize = 4096; // below this a thread costs more than it saves

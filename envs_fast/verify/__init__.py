@@ -40,7 +40,7 @@ from typing import Callable
 
 from envs_fast import cache
 from envs_fast.protocol import BackendError, BuildError, resolve_spec
-from envs_fast.report import LEVEL_TITLES, PROGRESS_PREFIX, LevelReport, Report
+from envs_fast.verify.report import LEVEL_TITLES, PROGRESS_PREFIX, LevelReport, Report
 from envs_fast.verify import interactions, properties, rollouts, transfer
 from envs_fast.verify.context import Context, Settings, SyncStatus
 

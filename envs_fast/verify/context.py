@@ -9,8 +9,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envs_fast import backend as backends
-from envs_fast.probes import ReferenceStepper, Sample, collect_rollout_samples, field_names, flat_values
+from envs_fast.backends import load as backends
+from envs_fast.verify.probes import ReferenceStepper, Sample, collect_rollout_samples, field_names, flat_values
 from envs_fast.protocol import BatchedBackend, check_env_id, resolve_spec
 from envs_fast.verify.declarations import Declarations, declarations_of
 from envs_fast.verify.formatting import format_state

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gymnasium as gym
 import numpy as np
 
-from envs_fast.probes import field_names, flat_values
+from envs_fast.verify.probes import field_names, flat_values
 
 
 def format_state(state) -> str:

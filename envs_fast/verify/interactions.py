@@ -11,11 +11,11 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-from envs_fast.probes import (ReferenceStepper, Sample, collect_boundary_samples, collect_rollout_samples,
+from envs_fast.verify.probes import (ReferenceStepper, Sample, collect_boundary_samples, collect_rollout_samples,
                               field_names, flat_values, numpy_tree, probe_actions)
 from envs_fast.protocol import dtype_kind, space_leaves
-from envs_fast.report import LevelReport
-from envs_fast.stats import same_distribution_p
+from envs_fast.verify.report import LevelReport
+from envs_fast.verify.stats import same_distribution_p
 from envs_fast.verify.context import STATISTICAL_ONLY, Context
 from envs_fast.verify.formatting import format_action, format_state, histogram, num
 from envs_fast.verify.shared import failing_on_crash, seeds, stack, tolerance_text, twin_tolerances

@@ -49,7 +49,7 @@ from pathlib import Path
 from envs_fast import cache
 from envs_fast.cache import backend_identity
 from envs_fast.protocol import is_file_spec
-from envs_fast.report import LevelReport
+from envs_fast.verify.report import LevelReport
 from envs_fast.verify.context import Context
 
 EVAL_EPISODES = 100

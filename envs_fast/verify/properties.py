@@ -6,10 +6,10 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-from envs_fast.probes import ReferenceStepper, field_names, flat_values
+from envs_fast.verify.probes import ReferenceStepper, field_names, flat_values
 from envs_fast.protocol import SIGNATURE_PROBLEM
-from envs_fast.report import LevelReport
-from envs_fast.stats import same_distribution_p
+from envs_fast.verify.report import LevelReport
+from envs_fast.verify.stats import same_distribution_p
 from envs_fast.verify.context import Context
 from envs_fast.verify.formatting import describe, summary
 from envs_fast.verify.shared import batched_in_space, failing_on_crash, flatten_batch, obs_names, seeds

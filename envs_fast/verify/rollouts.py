@@ -9,9 +9,9 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-from envs_fast.probes import ReferenceStepper, field_names, flat_values, perturb_float32, scripted_plans
-from envs_fast.report import LevelReport
-from envs_fast.stats import tost
+from envs_fast.verify.probes import ReferenceStepper, field_names, flat_values, perturb_float32, scripted_plans
+from envs_fast.verify.report import LevelReport
+from envs_fast.verify.stats import tost
 from envs_fast.verify.context import STATISTICAL_ONLY, Context
 from envs_fast.verify.formatting import describe, format_action, format_state, num
 from envs_fast.verify.shared import (episode_returns, failing_on_crash, seeds, stack, statistical_horizon, tolerance_text,

@@ -9,9 +9,9 @@ import gymnasium as gym
 import jax
 import numpy as np
 
-from envs_fast.probes import field_names
+from envs_fast.verify.probes import field_names
 from envs_fast.protocol import BackendError
-from envs_fast.report import LevelReport
+from envs_fast.verify.report import LevelReport
 from envs_fast.verify.context import Context, Settings
 
 

@@ -9,8 +9,8 @@ import warnings
 import gymnasium as gym
 import numpy as np
 
-from envs_fast.report import LevelReport
-from envs_fast.stats import tost
+from envs_fast.verify.report import LevelReport
+from envs_fast.verify.stats import tost
 from envs_fast.verify.ppo_transfer import run as ppo_transfer
 from envs_fast.verify.context import Context
 from envs_fast.verify.formatting import describe

@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import Optional
 
 from envs_fast.protocol import is_file_spec
-from envs_fast.report import PROGRESS_PREFIX
-from envs_fast.rust_build import RUSTC_ENV, toolchain as rust_toolchain
+from envs_fast.verify.report import PROGRESS_PREFIX
+from envs_fast.rust.build import RUSTC_ENV, toolchain as rust_toolchain
 
 from .. import processes
 from ..artifacts import TRAIN_SCRIPT, find_policy, log_tail, number_arg, parse_summary, train_env

@@ -87,7 +87,7 @@ def _verify_shipped(archive: bytes, env_id: str) -> tuple[bool, str, dict, dict]
     """Verify (L1-L3) the archive's JAX translation of `env_id` here, as a night's setup does on Modal:
     (passed, its first line, the records it left, this container's environment)."""
     from envs_fast.protocol import translation_path
-    from envs_fast.report import report_lines
+    from envs_fast.verify.report import report_lines
 
     with tempfile.TemporaryDirectory(prefix="autorl-doctor-") as tmp:
         checkout = Path(tmp)
@@ -125,7 +125,7 @@ def path_speed(archive: bytes, env_id: str, kind: str = "jax", num_envs: int = P
     import jax
 
     from envs_fast.protocol import translation_path
-    from envs_fast.throughput import jax_runner, measure, rust_runner
+    from envs_fast.bench.throughput import jax_runner, measure, rust_runner
 
     with tempfile.TemporaryDirectory(prefix="autorl-doctor-port-") as tmp:
         checkout = Path(tmp)

@@ -7,7 +7,7 @@ it below mujoco_batch). It is a functional backend in the protocol's sense (`res
 `step(key, state, action)`, state sync with the reference), so the verifier drives it through
 `jax_batched.JaxBatched` and train.py's jax-e2e path trains it under jit like a JAX translation.
 
-What each env computes around the physics is gymnasium's `*_v5.py`, the same rules `mujoco_batch.py`
+What each env computes around the physics is gymnasium's `*_v5.py`, the same rules `batch.py`
 translates bit for bit in numpy; the constants (weights, healthy ranges, reset noise, frame_skip,
 init_qpos) come from that module's `Rules`, read off a gymnasium instance. Unlike mujoco_batch the
 engine is not the reference's: MJX computes in float32 unless `jax_enable_x64` is set, so steps agree
@@ -36,11 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
-from envs_fast.mjx_c_engine import c_forward, c_solver_covers, c_step
+from envs_fast.mujoco.mjx_c_engine import c_forward, c_solver_covers, c_step
 from envs_fast.protocol import BackendError, FunctionalBackend, check_env_id, slug
 
 SPEC = "mjx"
-C_ENGINE = Path(__file__).with_name("mjx_c_engine.py")  # its steps' physics: in the source hash
+C_ENGINE = tuple(Path(__file__).with_name(name) for name in ("mjx_c_engine.py", "c_solver.py"))  # its steps' physics: in the source hash
 JAX_CACHE_ENV = "AUTORL_JAX_CACHE_DIR"  # where train.py's runs keep compiled programs (runners/local.py)
 
 
@@ -59,7 +59,7 @@ def rules_class(env_id: str):
     one of those envs (the same Python over another XML, `xml_file=...`). None when uncovered."""
     import gymnasium
 
-    from envs_fast.mujoco_batch import RULES
+    from envs_fast.mujoco.locomotion import RULES
 
     if env_id in RULES:
         return RULES[env_id]
@@ -73,7 +73,7 @@ def rules_class(env_id: str):
 
 def refusal(env_id: str) -> str | None:
     """Why the mjx backend cannot run `env_id` here (one line), or None. Cheap: builds no model."""
-    from envs_fast.mujoco_batch import RULES
+    from envs_fast.mujoco.locomotion import RULES
 
     if rules_class(env_id) is None:
         return (f"mjx does not cover {env_id!r}: it translates gymnasium's {', '.join(RULES)} "
@@ -212,7 +212,7 @@ def _state_class(env_id: str, fields: tuple):
 def put_model(model):
     """The MjModel on the device for MJX's JAX implementation, its inertia M factored by MJX's sparse LDL
     (C's mj_factorM) in JAX ops rather than by LAPACK: batched LAPACK calls deadlock XLA's CPU thread pool
-    (see mjx_c_engine's chol_factor). Raises NotImplementedError for what MJX does not implement."""
+    (see c_solver's chol_factor). Raises NotImplementedError for what MJX does not implement."""
     mjx = _mjx()
     mjx_model = mjx.put_model(model, impl="jax")
     return mjx_model.replace(opt=mjx_model.opt.replace(jacobian=mjx.JacobianType.SPARSE))
@@ -254,7 +254,7 @@ class MjxEnv:
         self.derived = self.rules.derived
         fields = ["time", "qpos", "qvel", "qacc_warmstart"] + ([self.derived] if self.derived else [])
         self.State = _state_class(env_id, tuple(fields))
-        self.source_hash = hashlib.sha256(Path(__file__).read_bytes() + C_ENGINE.read_bytes() + mujoco.__version__.encode()
+        self.source_hash = hashlib.sha256(Path(__file__).read_bytes() + b"".join(p.read_bytes() for p in C_ENGINE) + mujoco.__version__.encode()
                                           + _mjx_version().encode()).hexdigest()
 
     # -- the protocol

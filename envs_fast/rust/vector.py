@@ -1,5 +1,5 @@
 """The training adapter of a Rust translation: a gymnasium VectorEnv over a `RustBackend` (see
-rust_backend.py for the C ABI), with the semantics of `vector.JaxVectorEnv`."""
+backend.py for the C ABI), with the semantics of `backends.jax_vector.JaxVectorEnv`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +8,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from envs_fast.adapter import TranslationVectorEnv
-from envs_fast.rust_backend import RustBackend, load_rust
+from envs_fast.vector_env import TranslationVectorEnv
+from envs_fast.rust.backend import RustBackend, load_rust
 
 _STREAM_MULTIPLIER = 0x9E3779B97F4A7C15  # spreads the seed streams of different reset seeds apart
 
@@ -19,7 +19,7 @@ def _stream_start(seed: int) -> int:
 
 
 class RustVectorEnv(TranslationVectorEnv):
-    """A Rust translation as a gymnasium VectorEnv, with the semantics of `vector.JaxVectorEnv`:
+    """A Rust translation as a gymnasium VectorEnv, with the semantics of `backends.jax_vector.JaxVectorEnv`:
     NEXT_STEP autoreset (the step after an episode ends returns the reset observation, reward 0,
     both flags False), truncation at the registered spec's max_episode_steps, the reference's spaces.
 

@@ -30,8 +30,8 @@ translation ("protocol incomplete", the verifier's exit 2): only a synced state 
 steps, and return distributions alone let wrong physics through (TAU 0.021 for 0.02 passes their TOST).
 
 `load_rust(path, env_id)` gives a `RustBackend` (the verifier's `protocol.BatchedBackend`). Building
-the library is rust_build.py's; the training adapter, a gymnasium VectorEnv with the semantics of
-`vector.JaxVectorEnv` (NEXT_STEP autoreset, the registered time limit), is rust_vector.py's
+the library is build.py's; the training adapter, a gymnasium VectorEnv with the semantics of
+`backends.jax_vector.JaxVectorEnv` (NEXT_STEP autoreset, the registered time limit), is vector.py's
 `make_rust_vec_env(path, env_id, num_envs, seed)`.
 """
 from __future__ import annotations
@@ -46,7 +46,7 @@ import numpy as np
 
 from envs_fast.protocol import (SIGNATURE_PROBLEM, BackendError, check_env_id, file_hash, import_file, slug, space_leaves,
                                 sync_companion)
-from envs_fast.rust_build import build
+from envs_fast.rust.build import build
 
 ABI_VERSION = 1
 
@@ -77,7 +77,7 @@ def load_rust(path: str | Path, env_id: str | None = None) -> "RustBackend":
     missing = [name for name in _ABI_SIGNATURES if not hasattr(library, name)]
     if missing:
         raise BackendError(f"{path}: the library does not export {', '.join(missing)} (the C ABI is in "
-                           "envs_fast/rust_backend.py; each needs #[no_mangle] pub extern \"C\")")
+                           "envs_fast/rust/backend.py; each needs #[no_mangle] pub extern \"C\")")
     for name, (restype, argtypes) in _ABI_SIGNATURES.items():
         function = getattr(library, name)
         function.restype, function.argtypes = restype, argtypes

@@ -12,7 +12,7 @@ import gymnasium as gym
 import jax
 import jax.numpy as jnp
 import numpy as np
-from envs_fast.adapter import TranslationVectorEnv, max_episode_steps, reference_spaces  # noqa: F401 (importers use them from here)
+from envs_fast.vector_env import TranslationVectorEnv, max_episode_steps, reference_spaces  # noqa: F401 (importers use them from here)
 from envs_fast.protocol import FunctionalBackend
 
 

@@ -1,6 +1,6 @@
-"""Building a Rust translation: compiling a `.rs` source with the toolchain (rust_toolchain.py) into a
+"""Building a Rust translation: compiling a `.rs` source with the toolchain (toolchain.py) into a
 shared library cached under `cache_dir()/rust/`, keyed by the source and the toolchain. Loading the
-library is rust_backend.py's."""
+library is backend.py's."""
 from __future__ import annotations
 
 import hashlib
@@ -10,9 +10,8 @@ import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from envs_fast.cache import cache_dir
-from envs_fast.protocol import BackendError, BuildError, slug
-from envs_fast.rust_toolchain import NO_RUSTC, RUSTC_ENV, rustc_available, rustc_path, rustc_version, toolchain  # noqa: F401
+from envs_fast.protocol import BackendError, BuildError, cache_dir, slug
+from envs_fast.rust.toolchain import NO_RUSTC, RUSTC_ENV, rustc_available, rustc_path, rustc_version, toolchain  # noqa: F401
 
 # target-cpu=native: the BipedalWalker port steps ~20% faster with this host's instructions (rustc
 # never contracts a*b+c into an FMA, so the results keep their bits). A library so built runs only
@@ -31,8 +30,8 @@ def library_path(path: str | Path) -> Path:
     compile for on this host (host_target: the CPU and its features, as target-cpu=native sees them)."""
     path = Path(path)
     source = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
-    toolchain = hashlib.sha256("\n".join((rustc_version(), " ".join(RUSTC_FLAGS), host_target())).encode()).hexdigest()[:8]
-    return cache_dir() / "rust" / f"{source}-{toolchain}" / f"lib{slug(path.stem)}.so"
+    toolchain_hash = hashlib.sha256("\n".join((rustc_version(), " ".join(RUSTC_FLAGS), host_target())).encode()).hexdigest()[:8]
+    return cache_dir() / "rust" / f"{source}-{toolchain_hash}" / f"lib{slug(path.stem)}.so"
 
 
 def host_target() -> str:

@@ -30,7 +30,7 @@ def _seaborn_on_first_use() -> None:
     LazyLoader does not help: a second `import seaborn` touches the module and loads it.)"""
     if "seaborn" in sys.modules or importlib.util.find_spec("seaborn") is None:
         return
-    stand_in = types.ModuleType("seaborn", "seaborn, imported on first use (envs_fast.gymnax_backend)")
+    stand_in = types.ModuleType("seaborn", "seaborn, imported on first use (envs_fast.backends.gymnax_backend)")
 
     def __getattr__(name):
         if sys.modules.get("seaborn") is stand_in:

@@ -10,7 +10,7 @@ import time
 import gymnasium as gym
 import numpy as np
 
-from envs_fast.backend import load_functional
+from envs_fast.backends.load import load_functional
 from envs_fast.protocol import BackendError
 
 
@@ -93,7 +93,7 @@ def _hash_bits(seed, step, num_envs: int):
     generator, so actions come from this hash instead."""
     import jax.numpy as jnp
 
-    from envs_fast.vector import mix32
+    from envs_fast.backends.jax_vector import mix32
 
     return mix32(jnp.arange(num_envs, dtype=jnp.uint32) * jnp.uint32(0x9E3779B1)
                  + jnp.asarray(step, jnp.uint32) * jnp.uint32(0x85EBCA77) + jnp.asarray(seed, jnp.uint32))
@@ -124,7 +124,7 @@ def jax_runner(spec: str, env_id: str, num_envs: int, seed: int = 0, scan_steps:
     import jax
     import jax.numpy as jnp
 
-    from envs_fast.vector import make_batched_functions, max_episode_steps, reference_spaces
+    from envs_fast.backends.jax_vector import make_batched_functions, max_episode_steps, reference_spaces
 
     backend = load_functional(spec, env_id, verified_only=False)
     batched_reset, batched_step = make_batched_functions(backend, max_episode_steps(env_id))
@@ -154,7 +154,7 @@ def e2e_runner(spec: str, env_id: str, num_envs: int, num_steps: int, hidden: in
     import jax
     import jax.numpy as jnp
 
-    from envs_fast.vector import make_batched_functions, max_episode_steps, reference_spaces
+    from envs_fast.backends.jax_vector import make_batched_functions, max_episode_steps, reference_spaces
 
     backend = load_functional(spec, env_id, verified_only=False)
     batched_reset, batched_step = make_batched_functions(backend, max_episode_steps(env_id))
@@ -285,7 +285,7 @@ def rust_runner(spec: str, env_id: str, num_envs: int, seed: int = 0, chunk: int
     """`autorl_step` in a loop over num_envs envs: one call's terminated flags are the next call's
     resets (two flag buffers in turn), so finished envs auto-reset at no Python cost; random actions
     are drawn beforehand, so the figure times the env, not the action sampler."""
-    from envs_fast.rust_backend import load_rust
+    from envs_fast.rust.backend import load_rust
 
     backend = load_rust(spec, env_id)
     library, n = backend.library, num_envs

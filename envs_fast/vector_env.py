@@ -1,5 +1,5 @@
-"""The VectorEnv shape that the adapters of translations (JAX: vector.py, Rust: rust_vector.py)
-share. No JAX here: a Rust backend trains without importing it."""
+"""The VectorEnv shape that the adapters of translations share (JAX: backends/jax_vector.py, Rust:
+rust/vector.py, MuJoCo: mujoco/batch.py). No JAX here: a Rust backend trains without importing it."""
 from __future__ import annotations
 
 import gymnasium as gym

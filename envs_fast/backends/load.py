@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs_fast.gymnax_backend import load_gymnax
+from envs_fast.backends.gymnax_backend import load_gymnax
 from envs_fast.protocol import (ENGINE_SPECS, PACKAGE_DIR, PROTOCOL_FUNCTIONS, TRANSLATION_ALIASES, VECTOR_SPECS,  # noqa: F401
                                 BackendError, BatchedBackend, FunctionalBackend, check_env_id, file_hash, import_file,
                                 is_file_spec, is_rust_spec, resolve_spec, slug, translation_path)
@@ -58,7 +58,7 @@ def load_functional(spec: str, env_id: str, root: str | Path | None = None,
     if spec == "gymnax":
         return load_gymnax(env_id)
     if spec == "mjx":  # the env's Python over MJX, MuJoCo's JAX port
-        from envs_fast.mjx_backend import load_mjx
+        from envs_fast.mujoco.mjx import load_mjx
 
         return load_mjx(env_id)
     if spec in VECTOR_SPECS + ENGINE_SPECS:
@@ -75,23 +75,23 @@ def load_batched(spec: str, env_id: str, root: str | Path | None = None) -> Batc
     if spec in VECTOR_SPECS:
         return None
     if spec == "mjx":  # functional JAX over MJX: driven like a JAX translation
-        from envs_fast.jax_batched import JaxBatched
-        from envs_fast.mjx_backend import load_mjx
+        from envs_fast.backends.jax_batched import JaxBatched
+        from envs_fast.mujoco.mjx import load_mjx
 
         return JaxBatched(load_mjx(env_id))
     if spec in ENGINE_SPECS:  # the env's Python over its own engine, batched (mujoco_batch)
-        from envs_fast.mujoco_batch import load_mujoco_batch
+        from envs_fast.mujoco.batch import load_mujoco_batch
 
         return load_mujoco_batch(env_id)
     if is_rust_spec(spec):
         try:  # lazy: only Rust specs need the toolchain
-            from envs_fast.rust_backend import load_rust
+            from envs_fast.rust.backend import load_rust
         except ModuleNotFoundError as exc:
-            if exc.name != "envs_fast.rust_backend":
+            if exc.name != "envs_fast.rust.backend":
                 raise
-            raise BackendError(f"{spec}: this checkout has no Rust backend (envs_fast/rust_backend.py)") from None
+            raise BackendError(f"{spec}: this checkout has no Rust backend (envs_fast/rust/backend.py)") from None
         return load_rust(spec, env_id)
-    from envs_fast.jax_batched import JaxBatched
+    from envs_fast.backends.jax_batched import JaxBatched
 
     return JaxBatched(load_functional(spec, env_id, root, verified_only=False))  # the verifier loads what it verifies
 
@@ -102,7 +102,7 @@ def load_float64_twin(spec: str, env_id: str, root: str | Path | None = None):
     which are compared as they are (a translation of float64 Python states its rounding itself)."""
     if resolve_spec(spec, env_id, root) != "mjx":
         return None
-    from envs_fast import mjx_backend
-    from envs_fast.jax_batched import Float64Twin
+    from envs_fast.mujoco import mjx as mjx_backend
+    from envs_fast.backends.jax_batched import Float64Twin
 
     return Float64Twin(lambda: mjx_backend.load_mjx(env_id))  # looked up when called: a test may replace it

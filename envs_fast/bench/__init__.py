@@ -52,7 +52,7 @@ import gymnasium as gym
 
 from envs_fast import cache
 from envs_fast.protocol import BackendError, check_env_id, is_rust_spec, resolve_spec
-from envs_fast.throughput import (e2e_runner, jax_host_runner, jax_runner, measure, reference_runner,
+from envs_fast.bench.throughput import (e2e_runner, jax_host_runner, jax_runner, measure, reference_runner,
                                   rust_runner, vector_runner)
 
 DEFAULT_NUM_ENVS = 65536  # JAX backends: large batches amortise the per-step dispatch
@@ -288,10 +288,3 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(output, indent=2))
     return 0
-
-
-if __name__ == "__main__":
-    from envs_fast.compiling import compile_quickly
-
-    compile_quickly()  # train.py builds its update (the e2e rollout inside it) at -O1 too
-    sys.exit(main())
