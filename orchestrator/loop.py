@@ -27,8 +27,7 @@ from .disk import DiskSpace, is_disk_full
 from .guard import Guard
 from .report import refresh as refresh_report
 from .inflight import InFlight, recorded
-from .keep_rule import (Noise, artifact_sha256, best_evidence, first_confirmation_seed, night_noise, start_needs_run,
-                        write_decision)
+from .keep_rule import Noise, best_evidence, first_confirmation_seed, night_noise, start_needs_run, write_decision
 from .phases import (INCUMBENT_FOLDER, PAIR_BENCH_FACTOR, PHASES, BenchPair, Confirm, Incumbent, Phase, RepairRound,
                      TrainPhase, TranslatePhase, TranslateTrial, Verdict, Verify, concluding_order, decision_record,
                      incumbent_of, judge, translate_languages)
@@ -37,6 +36,7 @@ from .results import ExpFolder, ResultsFile, Row, RunFolder, read_json
 from .runners import Runner, Slot, cancel_handle
 from .runners.base import Measurement, measure_all
 from .screening import Screening
+from .seed_copies import artifact_sha256
 from .turn import AgentTurns, Candidate
 from .workspace import Workspace
 

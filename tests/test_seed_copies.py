@@ -9,8 +9,9 @@ import pytest
 from scipy import stats
 
 from orchestrator.config import BASELINE_RUNS, FIRST_CONFIRM_SEED
-from orchestrator.keep_rule import (COPY_ALPHA, MAX_RUNS, START_RUNS_FACTOR, ScoredRun, confirmation_seed, estimate,
-                                    first_confirmation_seed, independent_runs, seed_copies, start_seed)
+from orchestrator.keep_rule import (MAX_RUNS, START_RUNS_FACTOR, ScoredRun, confirmation_seed, estimate, first_confirmation_seed,
+                                    independent_runs, start_seed)
+from orchestrator.seed_copies import COPY_ALPHA, seed_copies
 from orchestrator.phases import Incumbent, TrainPhase, judge
 from orchestrator.runners.base import Measurement
 from tests.conftest import FAST, read_results, run_daemon, tiny_train_py, write_replay
@@ -101,7 +102,7 @@ def _export(folder, bias: float) -> str:
 
 
 def test_two_exports_of_one_policy_from_two_snapshots_have_one_hash(tmp_path):
-    from orchestrator.keep_rule import policy_sha256
+    from orchestrator.seed_copies import policy_sha256
 
     first, again, other = _export(tmp_path / "run-1", 0.5), _export(tmp_path / "run-2", 0.5), _export(tmp_path / "run-3", 0.7)
     assert open(first, "rb").read() != open(again, "rb").read()   # the file's path and a save id differ
@@ -149,7 +150,7 @@ def test_copies_that_differ_a_little_wait_for_more_runs_and_are_then_judged_as_o
 
 
 def test_a_keep_waits_on_close_runs_only_while_runs_remain():
-    from orchestrator.keep_rule import KEEP_INDEPENDENCE, copy_evidence
+    from orchestrator.seed_copies import KEEP_INDEPENDENCE, copy_evidence
 
     p, _ = copy_evidence([10.0, 10.5], 44.0, [9.0, 9.0])
     assert COPY_ALPHA <= p < KEEP_INDEPENDENCE   # close, not a copy by itself
