@@ -135,7 +135,7 @@ def test_the_checker_finds_a_circle_and_an_upward_import(tmp_path):
 MAX_MODULE_LINES = 450
 # Over the limit today, at most this long: each may only shrink (and leaves the list once within it).
 # candidate/train.py is the one-learner issue's (at most 500 lines, readable top to bottom).
-STILL_LONG = {"orchestrator/loop.py": 540, "candidate/train.py": 500}
+STILL_LONG = {"candidate/train.py": 500}
 EXCEPTED = {"evaluate.py"}   # the harness, copied whole into every run (ARCHITECTURE.md says why)
 TRANSLATION = re.compile(r"^envs_fast/translations/[a-z0-9_]+\.(?:py|rs)$")
 
