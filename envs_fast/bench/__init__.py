@@ -64,7 +64,7 @@ DEFAULT_ADAPTER_NUM_ENVS = 8
 # Vector backends that are not JAX: their backend figure is their VectorEnv, and train.py steps them from a
 # Python loop (mujoco_batch: many MuJoCo simulations per call on mujoco.batch's threads)
 HOST_VECTOR_SPECS = ("envpool", "reference", "mujoco_batch")
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _train_py(root: Path) -> str:

@@ -38,6 +38,7 @@ from envs_fast.mujoco.locomotion import RULES, Rules
 from envs_fast.protocol import SIGNATURE_PROBLEM, BackendError, check_env_id, slug
 
 SPEC = "mujoco_batch"
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("batch.py", "locomotion.py"))  # in the source hash
 # Largest batch the verifier steps at once: Ant/Humanoid keep one MjData (14 MB arena) per simulation.
 MAX_CHUNK = 64
 
@@ -177,7 +178,7 @@ class MujocoBatchBackend:
         self.rules = RULES[env_id](reference.unwrapped)
         self._reference = reference  # the rules read its constants; kept open with them
         mujoco = _mujoco()
-        self.source_hash = hashlib.sha256(Path(__file__).read_bytes() + mujoco.__version__.encode()).hexdigest()
+        self.source_hash = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES) + mujoco.__version__.encode()).hexdigest()
         model = self.rules.model
         self.components = [(name, bit) for name, bit in state_components() if mujoco.mj_stateSize(model, bit) > 0]
         self.state_spec = sum(bit for _, bit in self.components)

@@ -40,7 +40,8 @@ from envs_fast.mujoco.mjx_c_engine import c_forward, c_solver_covers, c_step
 from envs_fast.protocol import BackendError, FunctionalBackend, check_env_id, slug
 
 SPEC = "mjx"
-C_ENGINE = tuple(Path(__file__).with_name(name) for name in ("mjx_c_engine.py", "c_solver.py"))  # its steps' physics: in the source hash
+# in the source hash: this file, its steps' physics and the envs' rules
+SOURCES = tuple(Path(__file__).with_name(name) for name in ("mjx.py", "mjx_c_engine.py", "c_solver.py", "locomotion.py"))
 JAX_CACHE_ENV = "AUTORL_JAX_CACHE_DIR"  # where train.py's runs keep compiled programs (runners/local.py)
 
 
@@ -254,7 +255,7 @@ class MjxEnv:
         self.derived = self.rules.derived
         fields = ["time", "qpos", "qvel", "qacc_warmstart"] + ([self.derived] if self.derived else [])
         self.State = _state_class(env_id, tuple(fields))
-        self.source_hash = hashlib.sha256(Path(__file__).read_bytes() + b"".join(p.read_bytes() for p in C_ENGINE) + mujoco.__version__.encode()
+        self.source_hash = hashlib.sha256(b"".join(p.read_bytes() for p in SOURCES) + mujoco.__version__.encode()
                                           + _mjx_version().encode()).hexdigest()
 
     # -- the protocol

@@ -16,7 +16,7 @@ from ..artifacts import log_tail
 from ..daemon import log
 from ..results import Row, RunFolder, read_json
 from ..runners.base import Measurement, Slot
-from .judging import (PAIR_ROUNDS, Bench, BenchPair, Judgement, Phase, RepairRound, Verdict, Verify)
+from .judging import PAIR_ROUNDS, Bench, BenchPair, Judgement, Phase, RepairRound, Verdict, Verify
 
 
 @dataclass
