@@ -38,3 +38,41 @@ def test_without_observation_normalisation_the_export_feeds_raw_observations(tmp
     assert (np.abs(obs) > 10).any(axis=1).mean() > 0.5
     # a clipping export would act alike on both; this one sees the velocities training saw
     assert (np.asarray(policy(obs)) != np.asarray(policy(np.clip(obs, -10, 10)))).any()
+
+
+def test_export_check_weighs_the_policys_own_float32_sensitivity(tmp_path):
+    """XLA and TorchScript round differently. A policy that normalises an input by a near-zero spread
+    (Pendulum's cos when it holds the pole up) turns that into action differences a fixed 1e-4 bound
+    failed an honest export on (a night's kept Pendulum policy: 2.7e-4 on 1 of 1024 observations).
+    export_check allows ROUNDING_FACTOR x the policy's own movement under a few-ulp nudge of its
+    inputs: the honest export passes, and one that acts otherwise by far less than its actions'
+    spread still fails."""
+    import jax
+    import jax.numpy as jnp
+
+    import train_plumbing
+    from policy_export import export_policy
+
+    rng = np.random.default_rng(0)
+    mean, spread = np.array([0.999, 0.0, 0.0], np.float32), np.array([1e-3, 0.5, 2.0], np.float32)
+    w1, b1 = rng.normal(0, 1, (3, 64)).astype(np.float32), rng.normal(0, 1, 64).astype(np.float32)
+    w2, w3 = (rng.normal(0, 1, (64, 64)) / 4).astype(np.float32), rng.normal(0, 1, (64, 1)).astype(np.float32)
+
+    def act(obs):
+        return jnp.tanh(jnp.tanh(jnp.clip((obs - mean) / spread, -10, 10) @ w1 + b1) @ w2) @ w3
+
+    theta = rng.uniform(-0.3, 0.3, 1024)
+    obs = np.stack([np.cos(theta), np.sin(theta), rng.normal(0, 1, 1024)], 1).astype(np.float32)
+    outputs = jax.jit(act)
+    expected = np.asarray(outputs(obs), np.float64)
+    sensitivity = train_plumbing.rounding_sensitivity(outputs, obs, expected)
+    assert np.median(sensitivity) > 1e-7   # the normalisation amplifies an ulp of cos
+
+    export_policy(act, obs[:2], tmp_path / "policy.pt")
+    ok, line = train_plumbing.check_export(tmp_path / "policy.pt", False, 1, obs, outputs)
+    assert ok, line
+
+    offset = 0.01 * float(np.std(expected))
+    export_policy(lambda o: act(o) + offset, obs[:2], tmp_path / "wrong.pt")
+    ok, line = train_plumbing.check_export(tmp_path / "wrong.pt", False, 1, obs, outputs)
+    assert not ok and "does not act as the trained policy" in line
