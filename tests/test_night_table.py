@@ -138,8 +138,10 @@ BURN = ("import time, sys, pathlib\n"
         "while time.process_time() < 1.0: pass\n"
         "pathlib.Path(sys.argv[1]).write_text('burnt')\n"
         "time.sleep(float(sys.argv[2]))\n")
-# the benchmark's own tree: a process that runs a burner and waits for it, then idles
-OWN_TREE = ("import subprocess, sys, time\n"
+# the benchmark's own tree: a process that, once told to go (argv[3] exists), runs a burner and waits
+# for it, then idles
+OWN_TREE = ("import pathlib, subprocess, sys, time\n"
+            "while not pathlib.Path(sys.argv[3]).exists(): time.sleep(0.01)\n"
             "subprocess.run([sys.executable, '-c', sys.argv[1], sys.argv[2], '0'], check=True)\n"
             "time.sleep(60)\n")
 
@@ -161,9 +163,10 @@ def test_a_nights_conditions_tell_its_own_cpu_from_what_else_ran(tmp_path):
 
     from orchestrator.benchmark.machine_load import MachineLoad
 
-    own = subprocess.Popen([sys.executable, "-c", OWN_TREE, BURN, str(tmp_path / "own")])
+    own = subprocess.Popen([sys.executable, "-c", OWN_TREE, BURN, str(tmp_path / "own"), str(tmp_path / "go")])
     try:
         load = MachineLoad(root_pid=own.pid)
+        (tmp_path / "go").write_text("")   # its burner starts after the first read, whatever the machine's load
         other = subprocess.Popen([sys.executable, "-c", BURN, str(tmp_path / "other"), "60"])
         try:
             _wait_for(tmp_path / "own")

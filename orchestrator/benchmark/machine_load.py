@@ -30,7 +30,7 @@ class MachineLoad:
         self._busy, self._wall = _busy_cpu_s(), time.monotonic()
         self._loads: list[float] = [os.getloadavg()[0]]
         self._lock = threading.Lock()
-        self._read(first=True)
+        self._read()
         self._done = threading.Event()
         self._sampler = threading.Thread(target=self._sample, daemon=True)
         self._sampler.start()
@@ -43,7 +43,7 @@ class MachineLoad:
             if reads % int(60 / SAMPLE_S) == 0:
                 self._loads.append(os.getloadavg()[0])
 
-    def _read(self, first: bool = False):
+    def _read(self):
         table = _processes()
         children: dict[int, list[int]] = {}
         for pid, (ppid, _, _) in table.items():
@@ -67,8 +67,8 @@ class MachineLoad:
                 key = (pid, start)
                 if pid in ours:
                     self._own_keys.add(key)
-                # counted from the first read: all of a process born since, what it added of an older one
-                default = ticks if first or start <= self._start_ticks else 0
+                # all of a process born since the start; of an older one, what it added since the first read
+                default = ticks if start < self._start_ticks else 0   # (10 ms ticks: one born in the start's is new)
                 before = self._seen.get(key, (ppid, default))[1]
                 self._seen[key] = (ppid, ticks)
                 if key in self._own_keys:
