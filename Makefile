@@ -32,7 +32,7 @@ demo: install
 # worker that runs out of tests takes some of the other's queue (plain load scheduling left one
 # worker alone on its share for the last minutes)
 # `make test` leaves out the tests marked slow (end-to-end nights and long verifications, each over
-# ~40 s): within 15 minutes on 2 cores. `make test-slow` runs those; CI runs both.
+# ~30 s): within 15 minutes on 2 cores. `make test-slow` runs those; CI runs both.
 PYTEST_WORKERS ?= auto
 PYTEST_ARGS := -q -n $(PYTEST_WORKERS) --dist worksteal --durations=30
 test: install

@@ -89,7 +89,7 @@ def _copy_if_present(name: str, dest: Path) -> None:
 def pytest_configure(config):
     config.addinivalue_line("markers", "long: a whole night of the daemon or more (30 s to 4 min on 2 cores); "
                                        "collected first, see pytest_collection_modifyitems")
-    config.addinivalue_line("markers", "slow: over ~40 s (a night end to end, a long verification): `make test` "
+    config.addinivalue_line("markers", "slow: over ~30 s (a night end to end, a long verification): `make test` "
                                        "leaves it out to finish within 15 min; `make test-slow` and CI run it")
 
 

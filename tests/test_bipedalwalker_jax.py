@@ -141,6 +141,7 @@ def test_the_lidar_is_world_raycast():
     np.testing.assert_allclose(np.asarray(fractions), expected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_one_step_from_synced_states_agrees_with_the_reference(batched_step):
     """From states of the declared policies' episodes (foot strikes, joints at their limits, the walker
     sinking to sleep) and of random actions, written into the reference and read back: one port step

@@ -253,6 +253,7 @@ def test_stop_cancels_the_call_and_the_cancellation_is_raised_in_the_running_cod
 
 
 # ---------------------------------------------------------------- queue time is not the candidate's
+@pytest.mark.slow
 def test_a_queue_longer_than_budget_and_grace_does_not_time_the_candidate_out(one_runner):
     r = one_runner()
     run_limit = 2 + 10 + QUICK.answer_margin_s  # budget + grace + margin, counted from the start

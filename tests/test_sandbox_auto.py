@@ -42,6 +42,7 @@ def test_a_coding_agent_without_a_sandbox_refuses_to_start(autorl_repo, no_bwrap
     assert not started(repo, "walls")
 
 
+@pytest.mark.slow
 def test_the_optuna_agent_goes_on_unwalled_and_sandbox_off_is_accepted(autorl_repo, no_bwrap_env):
     repo = autorl_repo(tiny_train_py())
     proc = run_daemon(repo, "run", "--env", "CartPole-v1", "--tag", "offline", "--agent", "optuna", "--budget", "2",
