@@ -72,7 +72,7 @@ END_TO_END = True  # a functional JAX backend trains end to end (False: stepped 
 # <<< hyperparameters
 # From this budget the jax-host path steps NUM_ENVS x JAX_HOST_ENVS_FACTOR envs: its compiled update costs
 # little per sample, so a larger batch buys env steps where there is time for enough updates
-# (BipedalWalker-v3 at 720 s: 128 envs scored 321 and 318, 32 envs 288 and 289; bench/results/bipedal-training-720*)
+# (BipedalWalker-v3 at 720 s: 128 envs scored 321 and 318, 32 envs 288 and 289; docs/results/throughput.md)
 JAX_HOST_BIG_BATCH_BUDGET = 480.0
 
 SCALARS = ("logp", "reward", "valid", "terminated", "done", "finished_return", "discounted_return")  # per step
