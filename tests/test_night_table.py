@@ -183,6 +183,67 @@ def test_a_nights_conditions_tell_its_own_cpu_from_what_else_ran(tmp_path):
     assert conditions["other_cpu_s"] >= 0.9          # the other burner's second, whatever else ran too
 
 
+# the benchmark's own tree, orphaning: once told to go, it starts a grandchild that waits for its
+# parent to end, then burns a CPU second as an orphan (reaped by whatever init reaps orphans)
+ORPHANING = ("import pathlib, subprocess, sys, time\n"
+             "while not pathlib.Path(sys.argv[2]).exists(): time.sleep(0.01)\n"
+             "subprocess.Popen([sys.executable, '-c', sys.argv[1], str(__import__('os').getpid()), sys.argv[3]])\n"
+             "time.sleep(0.5)\n")
+ORPHAN = ("import os, pathlib, sys, time\n"
+          "while os.getppid() == int(sys.argv[1]): time.sleep(0.01)\n"
+          "start = time.process_time()\n"
+          "while time.process_time() - start < 1.0: pass\n"
+          "pathlib.Path(sys.argv[2]).write_text('burnt')\n")
+
+
+def test_an_orphans_cpu_stays_the_benchmarks_and_is_taken_from_no_one(tmp_path, monkeypatch):
+    """A night's processes outlive their parents: an orphan seen as the benchmark's counts as its
+    own, and its end takes nothing back from the other side."""
+    import subprocess
+    import sys
+    import time
+
+    from orchestrator.benchmark import machine_load
+
+    monkeypatch.setattr(machine_load, "SAMPLE_S", 0.1)
+    own = subprocess.Popen([sys.executable, "-c", ORPHANING, ORPHAN, str(tmp_path / "go"), str(tmp_path / "own")])
+    try:
+        load = machine_load.MachineLoad(root_pid=own.pid)
+        (tmp_path / "go").write_text("")
+        own.wait(timeout=60)
+        _wait_for(tmp_path / "own")
+        time.sleep(0.5)   # the orphan exits and is reaped
+        conditions = load.stop()
+    finally:
+        own.kill()
+    assert 0.9 <= conditions["own_cpu_s"] < 1.9
+    assert conditions["other_cpu_s"] > -0.05
+
+
+def test_a_group_that_dies_at_once_takes_back_no_cpu_its_reaper_never_added(monkeypatch):
+    """A killed run's group ends between two reads, parent and child together: the child's reaper is
+    then no process that was read, and an init that ignores SIGCHLD adds none of its CPU. Taking the
+    child's CPU back from the other side all the same recorded a night's other processes at -30 CPU s;
+    what was read of the group stays counted, once, and nothing goes negative."""
+    from orchestrator.benchmark import machine_load
+
+    tick = machine_load.os.sysconf("SC_CLK_TCK")
+    start = machine_load._boot_ticks_now()
+    tables = iter([
+        {1: (0, 1, 500, 0), 10: (1, start - 5, 0, 0)},                                   # the first read
+        {1: (0, 1, 500, 0), 10: (1, start - 5, 0, 0), 11: (10, start + 5, 3 * tick, 0)},  # the run burns 3 s
+        {1: (0, 1, 500, 0)},                                                            # the group is killed
+        {1: (0, 1, 500, 0)},
+    ])
+    monkeypatch.setattr(machine_load, "SAMPLE_S", 1e6)   # reads only when asked
+    monkeypatch.setattr(machine_load, "_processes", lambda: next(tables))
+    load = machine_load.MachineLoad(root_pid=10)
+    load._read()
+    load._read()
+    conditions = load.stop()
+    assert conditions["own_cpu_s"] == 3.0 and conditions["other_cpu_s"] == 0.0
+
+
 def test_draws_only_checks_and_records_the_draws_and_runs_no_night(tmp_path, monkeypatch):
     """`--drawn N --draws-only`: an hour's slot spent on the draws' cost checks, recorded in the JSON
     that a later `--resume` runs the nights of."""

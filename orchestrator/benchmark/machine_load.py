@@ -17,9 +17,10 @@ class MachineLoad:
     night's figures hold only beside its conditions. Every SAMPLE_S each process's CPU time is read
     from /proc, its own and its reaped children's, and its growth counted as the benchmark's own (a
     descendant of `root_pid`, or a process once seen as one) or as another's. A process that ends
-    hands its CPU to the parent that reaps it; what was read of it is taken back from that parent's
-    side, so nothing counts twice, and a short-lived process counts through its parent. The machine's
-    busy CPU (/proc/stat) and the 1-minute load average stand beside them.)"""
+    hands its CPU to the parent that reaps it (as that parent's children's CPU): what was read of it
+    is not counted again there, so nothing counts twice, a short-lived process counts through its
+    parent, and an orphan's CPU stays where it was read (whether or not the init that reaps it adds
+    it up). The machine's busy CPU (/proc/stat) and the 1-minute load average stand beside them."""
 
     def __init__(self, root_pid: int | None = None):
         self.root_pid = root_pid or os.getpid()
@@ -46,7 +47,7 @@ class MachineLoad:
     def _read(self):
         table = _processes()
         children: dict[int, list[int]] = {}
-        for pid, (ppid, _, _) in table.items():
+        for pid, (ppid, _, _, _) in table.items():
             children.setdefault(ppid, []).append(pid)
         ours, stack = set(), [self.root_pid]
         while stack:
@@ -54,27 +55,31 @@ class MachineLoad:
             ours.add(pid)
             stack.extend(children.get(pid, []))
         with self._lock:
-            live = {(pid, start): pid for pid, (_, start, _) in table.items()}
-            key_of = {pid: key for key, pid in live.items()}
-            for key in [k for k in self._seen if k not in live]:   # ended: its reaper now holds its CPU
-                ppid, ticks = self._seen.pop(key)
+            key_of = {pid: (pid, start) for pid, (_, start, _, _) in table.items()}
+            live = set(key_of.values())
+            reaped: dict[tuple[int, int], int] = {}   # reaper -> the CPU of its ended children already counted
+            for key in [k for k in self._seen if k not in live]:
+                ppid, own_cpu, children_cpu = self._seen.pop(key)
                 reaper = key_of.get(ppid)
-                if reaper in self._own_keys:
-                    self._own -= ticks
-                else:   # another's, or an orphan's reaped by init: init is no process of ours
-                    self._other -= ticks
-            for pid, (ppid, start, ticks) in table.items():
+                if reaper is not None:   # an orphan's parent is gone: nobody's reaped CPU will repeat it
+                    reaped[reaper] = reaped.get(reaper, 0) + own_cpu + children_cpu
+            for pid, (ppid, start, own_cpu, children_cpu) in table.items():
                 key = (pid, start)
                 if pid in ours:
                     self._own_keys.add(key)
                 # all of a process born since the start; of an older one, what it added since the first read
-                default = ticks if start < self._start_ticks else 0   # (10 ms ticks: one born in the start's is new)
-                before = self._seen.get(key, (ppid, default))[1]
-                self._seen[key] = (ppid, ticks)
+                older = start < self._start_ticks   # (10 ms ticks: one born in the start's is new)
+                _, own_before, children_before = self._seen.get(key, (ppid, own_cpu if older else 0,
+                                                                      children_cpu if older else 0))
+                self._seen[key] = (ppid, own_cpu, children_cpu)
+                children_added = children_cpu - children_before
+                # what it reaped of children read before counts once, where they were read (a reaper
+                # that adds no reaped CPU, as an init that ignores SIGCHLD, takes nothing back)
+                added = own_cpu - own_before + children_added - min(children_added, reaped.get(key, 0))
                 if key in self._own_keys:
-                    self._own += ticks - before
+                    self._own += added
                 else:
-                    self._other += ticks - before
+                    self._other += added
 
     def stop(self) -> dict:
         self._done.set()
@@ -88,9 +93,9 @@ class MachineLoad:
                 "load1_mean": round(float(np.mean(self._loads)), 2), "load1_max": round(max(self._loads), 2)}
 
 
-def _processes() -> dict[int, tuple[int, int, int]]:
-    """pid -> (parent pid, start tick since boot, CPU ticks) of every live process: user and system,
-    its own and that of the children it has reaped."""
+def _processes() -> dict[int, tuple[int, int, int, int]]:
+    """pid -> (parent pid, start tick since boot, its own CPU ticks, its reaped children's) of every
+    live process (user and system, each)."""
     table = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -100,7 +105,8 @@ def _processes() -> dict[int, tuple[int, int, int]]:
         except OSError:   # gone meanwhile
             continue
         fields = text[text.rindex(")") + 2:].split()   # after "pid (comm) ": state is fields[0]
-        table[int(entry.name)] = (int(fields[1]), int(fields[19]), sum(int(x) for x in fields[11:15]))
+        table[int(entry.name)] = (int(fields[1]), int(fields[19]), int(fields[11]) + int(fields[12]),
+                                  int(fields[13]) + int(fields[14]))
     return table
 
 
