@@ -21,15 +21,15 @@ def training_refusal(spec: str, env_id: str, root: str | Path | None = None) -> 
     translation (JAX or Rust) or gymnax needs a passing verdict in the run's verdict cache (the one
     `cache.cached_verdict` reads: $AUTORL_VERIFY_CACHE under the daemon); envpool is trusted unless
     a cached verdict fails (the rule `choose_backend` applies); the reference always may."""
-    from envs_fast import cache
+    from envs_fast.cache import cache_dir, cached_verdict   # looked up per call: a test may replace them
     from envs_fast.protocol import resolve_spec
 
     spec = resolve_spec(spec, env_id, root)
     if spec in TRUSTED_SPECS:
         return None
-    record = cache.cached_verdict(spec, env_id)
+    record = cached_verdict(spec, env_id)
     if record is not None and not record.get("passed"):
         return f"{spec} failed verification for {env_id}: {record.get('summary', '')}".rstrip(": ")
     if record is None and spec != "envpool":
-        return f"{spec} has no verdict for {env_id} in this run's verdict cache ({cache.cache_dir()})"
+        return f"{spec} has no verdict for {env_id} in this run's verdict cache ({cache_dir()})"
     return None
