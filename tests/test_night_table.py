@@ -265,3 +265,33 @@ def test_draws_only_checks_and_records_the_draws_and_runs_no_night(tmp_path, mon
     written = json.loads(out.read_text())
     assert written["nights"] == [] and [d["index"] for d in written["draws"]] == [0]
     assert written["draws"][0]["accepted"] is True and written["draws"][0]["path"] == "jax-e2e"
+
+
+def test_a_failed_night_is_recorded_and_the_benchmark_goes_on(tmp_path, monkeypatch):
+    """A night that fails (here the real daemon refusing a wrong env id) costs that night, not the
+    hours of nights around it: each is recorded in the JSON with its error and kept folder, and the
+    next one runs."""
+    import json
+    import sys
+    import tempfile
+
+    from orchestrator.benchmark import nights
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(nights, "PROBLEMS", {"wrong-env": nights.Problem("wrong-env", "NoSuchEnv-v0", 10)})
+    out = tmp_path / "nights.json"
+    monkeypatch.setattr(sys, "argv", ["nights", "--problems", "wrong-env", "--searchers", "optuna,random",
+                                      "--repeats", "1", "--experiments", "1", "--json", str(out)])
+    assert nights.main() == 0
+    written = json.loads(out.read_text())
+    assert written["nights"] == []
+    assert [(f["problem"], f["searcher"]) for f in written["failures"]] == [("wrong-env", "optuna"),
+                                                                          ("wrong-env", "random")]
+    for failure in written["failures"]:
+        assert "the night failed" in failure["error"] and "NoSuchEnv-v0" in failure["error"]
+        assert (Path(failure["folder"]) / "checkout" / "candidate" / "train.py").is_file()
+    # --resume keeps what failed and runs those nights again (they failed again here: two more)
+    monkeypatch.setattr(sys, "argv", ["nights", "--problems", "wrong-env", "--searchers", "optuna",
+                                      "--repeats", "1", "--experiments", "1", "--resume", str(out)])
+    assert nights.main() == 0
+    assert len(json.loads(out.read_text())["failures"]) == 3

@@ -51,13 +51,15 @@ class NightRow:
     conditions: dict | None = None   # what else ran meanwhile (machine_load.MachineLoad); None before Nov 29
 
 
-def load_nights(path: Path) -> tuple[list[NightRow], dict, list[dict]]:
+def load_nights(path: Path) -> tuple[list[NightRow], dict, list[dict], list[dict]]:
+    """(night rows, the shipped train.py's rescored means, the draws, the nights that failed)."""
     data = json.loads(path.read_text()) if path.exists() else {}
     return ([NightRow(**r) for r in data.get("nights", [])], data.get("shipped_rescored", {}),
-            data.get("draws", []))
+            data.get("draws", []), data.get("failures", []))
 
 
-def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float], draws: list[dict] = ()) -> None:
+def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float], draws: list[dict] = (),
+               failures: list[dict] = ()) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     machine = {"cpus": os.cpu_count(), "cpus_usable": len(os.sched_getaffinity(0)),   # e.g. under taskset
                "cpu": platform.processor() or platform.machine(), "node": platform.node()}
@@ -67,7 +69,7 @@ def write_json(path: Path, rows: list[NightRow], shipped_scores: dict[str, float
                                 "machine": machine, "nights": [asdict(r) for r in rows],
                                 "summary": summary, "paired": paired_curves(summary),
                                 "shipped_rescored": shipped_scores,
-                                "draws": list(draws)}, indent=1, default=str))
+                                "draws": list(draws), "failures": list(failures)}, indent=1, default=str))
 
 
 TARGET_BUDGETS = 16   # the drawn-detune target: >= 80% of the gap within this many full budgets

@@ -316,17 +316,18 @@ def main() -> int:
             "pendulum-gamma", "optuna,none", 1, 4, 2
     args.json = args.resume or args.json
     searchers = [s for s in args.searchers.split(",") if s in SEARCHERS]
-    rows, shipped_scores, draws = load_nights(Path(args.resume)) if args.resume else ([], {}, [])
+    rows, shipped_scores, draws, failures = load_nights(Path(args.resume)) if args.resume else ([], {}, [], [])
     done = {(r.problem, r.searcher, r.screen, r.night) for r in rows}
     base = Path(tempfile.mkdtemp(prefix="autorl-nights-"))
     seeds = [101 + i for i in range(args.rescore_seeds)]
     if args.drawn and args.draws_only:   # an hour's slot: the draws' cost checks, recorded for the nights later
-        for _ in drawn_problems(args, base, draws, rows, shipped_scores):
+        for _ in drawn_problems(args, base, draws, rows, shipped_scores, failures):
             pass
         tasks = []
     elif args.drawn:
         # (lazily: each draw is checked just before its nights, so a cut-short run has nights to show)
-        tasks = ((problem, 1, draw) for problem, draw in drawn_problems(args, base, draws, rows, shipped_scores))
+        tasks = ((problem, 1, draw)
+                 for problem, draw in drawn_problems(args, base, draws, rows, shipped_scores, failures))
     else:
         problems = [replace(PROBLEMS[name], budget_s=args.budget or PROBLEMS[name].budget_s)
                     for name in args.problems.split(",")]
@@ -340,40 +341,25 @@ def main() -> int:
                     continue
                 root = base / f"{problem.name}-{searcher}-{screen or 'full'}-{night}"
                 root.mkdir(parents=True)
-                load = MachineLoad()
-                n = run_night(root, problem, searcher, args.experiments, screen,
-                              timeout_s=(args.minutes * 60 + problem.budget_s * 4 if args.minutes else
-                                         args.experiments * (problem.budget_s * 6 + 240)) + 900,
-                              baselines=args.baselines, minutes=args.minutes)
-                cache = verify_cache_of(n["clone"])
-                shipped_key = f"shipped {problem.env_id} {problem.budget_s:g}s" if draw else problem.name
-                if problem.detune and shipped_key not in shipped_scores:
-                    # the gap a night can close: the shipped train.py, rescored alike (same path)
-                    clone, shipped = clone_with_start(base / f"{problem.name}-shipped", Problem(
-                        problem.name, problem.env_id, problem.budget_s, {}, run_args=problem.run_args))
-                    shipped_scores[shipped_key] = float(np.mean(rescore(
-                        clone, shipped, problem.env_id, problem.budget_s, seeds, base, problem.run_args, cache)))
-                start = rescore(n["clone"], n["start"], problem.env_id, problem.budget_s, seeds, root,
-                                problem.run_args, cache)
-                best = start if n["best"] == n["start"] else rescore(
-                    n["clone"], n["best"], problem.env_id, problem.budget_s, seeds, root, problem.run_args,
-                    cache)
-                p, significant = better(best, start)
-                improvement = float(np.mean(best) - np.mean(start))
-                gap = shipped_scores.get(shipped_key, math.nan) - float(np.mean(start))
-                row = NightRow(problem.name, searcher, screen, night, start, best, improvement, p, significant,
-                               n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
-                               round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None, draw,
-                               code=n["code"], budgets_to_best=n["budgets_to_best"], conditions=load.stop())
+                try:
+                    row = measure_night(root, base, problem, searcher, screen, night, draw, args, seeds,
+                                        shipped_scores)
+                except (RuntimeError, subprocess.CalledProcessError, subprocess.TimeoutExpired) as error:
+                    # one night's failure (the daemon's, or a rescoring's: a best that crashes on a fresh
+                    # seed) is recorded with its folder, and the benchmark goes on to the next night
+                    kept = Path(tempfile.gettempdir()) / f"autorl-night-failed-{root.name}-{int(time.time())}"
+                    shutil.move(str(root), kept)
+                    failures.append({"problem": problem.name, "searcher": searcher, "screen": screen,
+                                     "night": night, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+                                     "error": failure_text(error), "folder": str(kept)})
+                    print(f"  {searcher:7s} night {night}: FAILED, not counted ({failure_text(error)[-300:]}); "
+                          f"its folder: {kept}; --resume runs it again", flush=True)
+                    if args.json:
+                        write_json(Path(args.json), rows, shipped_scores, draws, failures)
+                    continue
                 rows.append(row)
-                print(f"  {searcher:7s} {f'screen {screen:g}' if screen else 'no screen'} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
-                      f"({improvement:+.2f}, p {p:.3f}; gap to shipped {gap:+.2f}) kept {n['kept']} "
-                      f"screened {n['screened']} "
-                      f"{'FALSE KEEP ' if row.false_keep else ''}{n['full_budgets']:g} budgets "
-                      f"{n['wall_s'] / 60:.1f} min; other processes {row.conditions['other_cpu_s']:g} CPU s",
-                      flush=True)
                 if args.json:  # after every night: hours of measurement survive an interruption
-                    write_json(Path(args.json), rows, shipped_scores, draws)
+                    write_json(Path(args.json), rows, shipped_scores, draws, failures)
                 if not args.keep:
                     shutil.rmtree(root, ignore_errors=True)
     finally:
@@ -384,11 +370,60 @@ def main() -> int:
     print_budget_curve(summary)
     print_paired_curves(summary)
     if args.json:
-        write_json(Path(args.json), rows, shipped_scores, draws)
+        write_json(Path(args.json), rows, shipped_scores, draws, failures)
     return 0
 
 
-def drawn_problems(args, base: Path, draws: list[dict], rows: list[NightRow], shipped_scores: dict):
+def measure_night(root: Path, base: Path, problem: Problem, searcher: str, screen: float | None, night: int,
+                  draw: dict | None, args, seeds: list[int], shipped_scores: dict) -> NightRow:
+    """One night of `searcher` on `problem` in `root`, its start and best rescored: its row (and the
+    shipped train.py rescored into `shipped_scores` the first time a problem needs its gap)."""
+    load = MachineLoad()
+    try:
+        n = run_night(root, problem, searcher, args.experiments, screen,
+                      timeout_s=(args.minutes * 60 + problem.budget_s * 4 if args.minutes else
+                                 args.experiments * (problem.budget_s * 6 + 240)) + 900,
+                      baselines=args.baselines, minutes=args.minutes)
+        cache = verify_cache_of(n["clone"])
+        shipped_key = f"shipped {problem.env_id} {problem.budget_s:g}s" if draw else problem.name
+        if problem.detune and shipped_key not in shipped_scores:
+            # the gap a night can close: the shipped train.py, rescored alike (same path)
+            clone, shipped = clone_with_start(base / f"{problem.name}-shipped", Problem(
+                problem.name, problem.env_id, problem.budget_s, {}, run_args=problem.run_args))
+            shipped_scores[shipped_key] = float(np.mean(rescore(
+                clone, shipped, problem.env_id, problem.budget_s, seeds, base, problem.run_args, cache)))
+        start = rescore(n["clone"], n["start"], problem.env_id, problem.budget_s, seeds, root,
+                        problem.run_args, cache)
+        best = start if n["best"] == n["start"] else rescore(
+            n["clone"], n["best"], problem.env_id, problem.budget_s, seeds, root, problem.run_args,
+            cache)
+    finally:   # (a failed night's sampler stops too)
+        conditions = load.stop()
+    p, significant = better(best, start)
+    improvement = float(np.mean(best) - np.mean(start))
+    gap = shipped_scores.get(shipped_key, math.nan) - float(np.mean(start))
+    row = NightRow(problem.name, searcher, screen, night, start, best, improvement, p, significant,
+                   n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
+                   round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None, draw,
+                   code=n["code"], budgets_to_best=n["budgets_to_best"], conditions=conditions)
+    print(f"  {searcher:7s} {f'screen {screen:g}' if screen else 'no screen'} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
+          f"({improvement:+.2f}, p {p:.3f}; gap to shipped {gap:+.2f}) kept {n['kept']} "
+          f"screened {n['screened']} "
+          f"{'FALSE KEEP ' if row.false_keep else ''}{n['full_budgets']:g} budgets "
+          f"{n['wall_s'] / 60:.1f} min; other processes {row.conditions['other_cpu_s']:g} CPU s",
+          flush=True)
+    return row
+
+
+def failure_text(error: BaseException) -> str:
+    """What failed, with the failing process's last words where there are any."""
+    stderr = getattr(error, "stderr", None) or ""
+    stderr = stderr.decode(errors="replace") if isinstance(stderr, bytes) else stderr
+    return f"{error}{(': ' + stderr.strip()[-400:]) if stderr.strip() else ''}"[-800:]
+
+
+def drawn_problems(args, base: Path, draws: list[dict], rows: list[NightRow], shipped_scores: dict,
+                   failures: list[dict] = ()):
     """(problem, draw) for --drawn N per env: the draws of a resumed file first, then new ones, each
     checked to cost >= COST_SIGMAS sigma before its nights (a rejected draw is recorded too)."""
     for env_id in args.envs.split(","):
@@ -411,7 +446,7 @@ def drawn_problems(args, base: Path, draws: list[dict], rows: list[NightRow], sh
                     print(f"  the daemon refuses the start, rejected: {str(error)[-200:]}", flush=True)
                 draws.append(draw)
                 if args.json:
-                    write_json(Path(args.json), rows, shipped_scores, draws)
+                    write_json(Path(args.json), rows, shipped_scores, draws, failures)
             index += 1
             if draw["accepted"]:
                 accepted += 1
