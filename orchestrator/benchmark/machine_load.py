@@ -20,7 +20,8 @@ class MachineLoad:
     hands its CPU to the parent that reaps it (as that parent's children's CPU): what was read of it
     is not counted again there, so nothing counts twice, a short-lived process counts through its
     parent, and an orphan's CPU stays where it was read (whether or not the init that reaps it adds
-    it up). The machine's busy CPU (/proc/stat) and the 1-minute load average stand beside them."""
+    it up; one whose parent ended in the same read is taken back from init's). The machine's busy
+    CPU (/proc/stat) and the 1-minute load average stand beside them."""
 
     def __init__(self, root_pid: int | None = None):
         self.root_pid = root_pid or os.getpid()
@@ -60,8 +61,10 @@ class MachineLoad:
             reaped: dict[tuple[int, int], int] = {}   # reaper -> the CPU of its ended children already counted
             for key in [k for k in self._seen if k not in live]:
                 ppid, own_cpu, children_cpu = self._seen.pop(key)
-                reaper = key_of.get(ppid)
-                if reaper is not None:   # an orphan's parent is gone: nobody's reaped CPU will repeat it
+                # its parent reaps it; one whose parent is gone too was orphaned to init (pid 1), which
+                # may or may not add it up: the min() below takes back at most what a reaper added
+                reaper = key_of.get(ppid) if ppid in key_of else key_of.get(1)
+                if reaper is not None:
                     reaped[reaper] = reaped.get(reaper, 0) + own_cpu + children_cpu
             for pid, (ppid, start, own_cpu, children_cpu) in table.items():
                 key = (pid, start)
