@@ -220,6 +220,19 @@ def test_an_orphans_cpu_stays_the_benchmarks_and_is_taken_from_no_one(tmp_path, 
     assert conditions["other_cpu_s"] > -0.05
 
 
+def _conditions_over(monkeypatch, tables: list[dict]) -> dict:
+    """A recorder (root pid 10) run over scripted /proc tables: the first read, two more, the stop's."""
+    from orchestrator.benchmark import machine_load
+
+    tables = iter(tables)
+    monkeypatch.setattr(machine_load, "SAMPLE_S", 1e6)   # reads only when asked
+    monkeypatch.setattr(machine_load, "_processes", lambda: next(tables))
+    load = machine_load.MachineLoad(root_pid=10)
+    load._read()
+    load._read()
+    return load.stop()
+
+
 def test_a_group_that_dies_at_once_takes_back_no_cpu_its_reaper_never_added(monkeypatch):
     """A killed run's group ends between two reads, parent and child together: the child's reaper is
     then no process that was read, and an init that ignores SIGCHLD adds none of its CPU. Taking the
@@ -229,18 +242,12 @@ def test_a_group_that_dies_at_once_takes_back_no_cpu_its_reaper_never_added(monk
 
     tick = machine_load.os.sysconf("SC_CLK_TCK")
     start = machine_load._boot_ticks_now()
-    tables = iter([
+    conditions = _conditions_over(monkeypatch, [
         {1: (0, 1, 500, 0), 10: (1, start - 5, 0, 0)},                                   # the first read
         {1: (0, 1, 500, 0), 10: (1, start - 5, 0, 0), 11: (10, start + 5, 3 * tick, 0)},  # the run burns 3 s
         {1: (0, 1, 500, 0)},                                                            # the group is killed
         {1: (0, 1, 500, 0)},
     ])
-    monkeypatch.setattr(machine_load, "SAMPLE_S", 1e6)   # reads only when asked
-    monkeypatch.setattr(machine_load, "_processes", lambda: next(tables))
-    load = machine_load.MachineLoad(root_pid=10)
-    load._read()
-    load._read()
-    conditions = load.stop()
     assert conditions["own_cpu_s"] == 3.0 and conditions["other_cpu_s"] == 0.0
 
 
@@ -305,18 +312,12 @@ def test_an_orphan_whose_parent_ended_in_the_same_read_is_taken_back_from_init(m
 
     tick = machine_load.os.sysconf("SC_CLK_TCK")
     start = machine_load._boot_ticks_now()
-    tables = iter([
+    conditions = _conditions_over(monkeypatch, [
         {1: (0, 1, 500, 0), 10: (1, start - 5, 0, 0)},                                      # the first read
         {1: (0, 1, 500, 0), 10: (1, start - 5, 0, 0), 11: (10, start + 5, tick, 0),
          12: (11, start + 6, 3 * tick, 0)},                                                 # a run and its child
         {1: (0, 1, 500, 3 * tick), 10: (1, start - 5, 0, 2 * tick)},   # both end: init reaps the child
         {1: (0, 1, 500, 3 * tick), 10: (1, start - 5, 0, 2 * tick)},
     ])
-    monkeypatch.setattr(machine_load, "SAMPLE_S", 1e6)   # reads only when asked
-    monkeypatch.setattr(machine_load, "_processes", lambda: next(tables))
-    load = machine_load.MachineLoad(root_pid=10)
-    load._read()
-    load._read()
-    conditions = load.stop()
     # the run: 1 s read and a 1 s tail its reaper (the root) adds; the child: its 3 s, read
     assert conditions["own_cpu_s"] == 5.0 and conditions["other_cpu_s"] == 0.0
