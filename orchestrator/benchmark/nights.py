@@ -55,7 +55,7 @@ from orchestrator.benchmark.drawn_detunes import CHECK_RUNS, COST_SIGMAS, cost_f
 from orchestrator.benchmark.machine_load import MachineLoad
 from orchestrator.benchmark.night_table import (NightRow, load_nights, print_budget_curve, print_paired_curves,
                                                 print_table, summarize, write_json)
-from orchestrator.benchmark.rescoring import REPO, TRAIN_PY, _env, better, rescore, verify_cache_of
+from orchestrator.benchmark.rescoring import REPO, TRAIN_PY, better, child_env, rescore, verify_cache_of
 
 
 
@@ -113,7 +113,7 @@ def draw_cost(root: Path, problem: Problem, timeout_s: float) -> dict:
                 f"{problem.budget_s:g}", "--tag", "cost", "--max-experiments", "0", "--baselines", str(CHECK_RUNS),
                 "--agent", "optuna", *problem.run_args]
         done = subprocess.run(args, cwd=clone, capture_output=True, text=True, timeout=timeout_s,
-                              env={**_env(), "ANTHROPIC_API_KEY": ""})
+                              env={**child_env(), "ANTHROPIC_API_KEY": ""})
         if done.returncode != 0:
             raise RuntimeError(f"the {which} start failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
         import pandas as pd
@@ -182,7 +182,7 @@ def run_night(root: Path, problem: Problem, searcher: str, experiments: int, scr
         args += ["--baselines", str(baselines)]
     started = time.monotonic()
     done = subprocess.run(args, cwd=clone, capture_output=True, text=True, timeout=timeout_s,
-                          env={**_env(), "ANTHROPIC_API_KEY": ""})
+                          env={**child_env(), "ANTHROPIC_API_KEY": ""})
     wall = time.monotonic() - started
     run_dir = clone / "results" / tag
     if done.returncode != 0:
@@ -288,10 +288,11 @@ def main() -> int:
                     # seed) is recorded with its folder, and the benchmark goes on to the next night
                     kept = Path(tempfile.gettempdir()) / f"autorl-night-failed-{root.name}-{int(time.time())}"
                     shutil.move(str(root), kept)
+                    what = failure_text(error)
                     failures.append({"problem": problem.name, "searcher": searcher, "screen": screen,
                                      "night": night, "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-                                     "error": failure_text(error), "folder": str(kept)})
-                    print(f"  {searcher:7s} night {night}: FAILED, not counted ({failure_text(error)[-300:]}); "
+                                     "error": what, "folder": str(kept)})
+                    print(f"  {searcher:7s} night {night}: FAILED, not counted ({what[-300:]}); "
                           f"its folder: {kept}; --resume runs it again", flush=True)
                     if args.json:
                         write_json(Path(args.json), rows, shipped_scores, draws, failures)

@@ -34,7 +34,7 @@ def rescore(clone: Path, commit: str, env_id: str, budget_s: float, seeds: list[
     work = root / f"rescore-{commit[:8]}"
     shutil.rmtree(work, ignore_errors=True)
     subprocess.run(["git", "worktree", "add", "-q", "--detach", str(work), commit], cwd=clone, check=True)
-    env = _env()
+    env = child_env()
     if verify_cache is not None and "--no-setup-verify" not in run_args:
         env["AUTORL_VERIFY_CACHE"] = str(verify_cache)
     try:
@@ -50,14 +50,16 @@ def rescore(clone: Path, commit: str, env_id: str, budget_s: float, seeds: list[
             result = out / "eval.json"
             subprocess.run([sys.executable, str(REPO / "evaluate.py"), "--policy", str(policy), "--env", env_id,
                             "--episodes", str(EVAL_EPISODES), "--seed", str(RESCORE_EVAL_SEED + 1000 * seed),
-                            "--out", str(result)], check=True, capture_output=True, timeout=1800, env=_env())
+                            "--out", str(result)], check=True, capture_output=True, timeout=1800, env=child_env())
             scores.append(float(json.loads(result.read_text())["mean"]))
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(work)], cwd=clone, capture_output=True)
     return scores
 
 
-def _env() -> dict:
+def child_env() -> dict:
+    """This environment for a child run: no AUTORL_ variable of ours leaks in, and the child imports
+    from its own checkout (no PYTHONPATH)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("AUTORL_")}
     env["PYTHONPATH"] = ""
     return env
