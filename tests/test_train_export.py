@@ -26,8 +26,12 @@ def test_an_export_that_acts_otherwise_fails_the_run_with_its_last_line(tmp_path
 
 def test_without_observation_normalisation_the_export_feeds_raw_observations(tmp_path):
     """Acrobot's angular velocities reach ~28: an export that clipped them to OBS_CLIP (10) as a
-    normalising one does would act on other inputs than training used."""
-    root = edited_copy(tmp_path / "repo", {"NORM_OBS = True  #": "NORM_OBS = False  #"})
+    normalising one does would act on other inputs than training used. The learning rates are 0 so
+    the policy is its seeded initial network, whatever the budget bought: a trained one may saturate
+    its first layer at both 10 and 28, and act alike on both whether clipped or not."""
+    root = edited_copy(tmp_path / "repo", {"NORM_OBS = True  #": "NORM_OBS = False  #",
+                                           "LEARNING_RATE = 3e-4  #": "LEARNING_RATE = 0.0  #",
+                                           "JAX_LEARNING_RATE = 2e-3  #": "JAX_LEARNING_RATE = 0.0  #"})
     proc, _ = run_train("Acrobot-v1", 10, tmp_path / "out", tmp_path / "verdicts", root=root)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert summary(proc.stdout)["export_check"].startswith("ok")
