@@ -19,12 +19,10 @@ nights it lacks (draws are reproducible from the seed).
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[2]
-TRAIN_PY = "candidate/train.py"
+from orchestrator.benchmark.rescoring import REPO, TRAIN_PY
 
 DRAW_FACTORS = (4, 8, 16)    # how far outside the usual range a drawn detune sits
 COST_SIGMAS = 4.0            # a draw must cost at least this many sigma to be a problem
