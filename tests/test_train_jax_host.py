@@ -126,7 +126,7 @@ def test_the_rollout_sees_the_vector_envs_transitions_and_the_learner_counts_the
     _, metrics = training.learn(jax.tree_util.tree_map(np.array, training.state), buffers, np.float32(0.0),
                                 np.float32(0.0))
     valid = ~np.concatenate([np.zeros((1, N), bool), done[:-1]])  # a step after an episode's end is a reset
-    returns, finished, episode_return = [], 0, np.zeros(N)
+    returns, episode_return = [], np.zeros(N)
     for t in range(T):
         episode_return += reward[t]
         returns += list(episode_return[done[t]])

@@ -413,8 +413,7 @@ def collide_edge_polygon(v1, v2_, b, xfb) -> Manifold:
     pn = jax.vmap(lambda n: mul_r(xf[1], n))(norms)
     radius = F32(2.0) * POLYGON_RADIUS
     edge_sep = jnp.min(jnp.where(valid, jax.vmap(lambda p: dot(normal, p - v1))(pv), FLT_MAX))
-    # ComputePolygonSeparation
-    perp = v2(-normal[1], normal[0])
+    # ComputePolygonSeparation (its side test on perp picks the upper or the lower limit: both are `limit`)
     n_ = -pn
     s1 = jax.vmap(lambda n, p: dot(n, p - v1))(n_, pv)
     s2 = jax.vmap(lambda n, p: dot(n, p - v2_))(n_, pv)
