@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.benchmark.night_table import TARGET_BUDGETS, NightRow, paired_curves, summarize
-from orchestrator.benchmark.nights import budgets_to_best, full_budget_equivalents
+from orchestrator.benchmark.nights import budgets_to_best, full_budget_equivalents, kept_changes
 
 
 def _night(run_dir: Path, runs: dict[int, list[str]]) -> None:
@@ -30,6 +30,20 @@ def test_budgets_to_best_counts_every_run_until_the_last_keep(tmp_path):
     assert budgets_to_best(tmp_path, rows, 0.25) == 4 + 1 + 3
     # nothing kept: the best is the start, paid for by the baselines
     assert budgets_to_best(tmp_path, rows.assign(status=["baseline"] * 4 + ["discard"] * 4), 0.25) == 4
+
+
+def test_a_nights_keeps_are_recorded_with_their_change_and_score():
+    # the clone goes at the night's end: the row is the only record of what was kept
+    rows = pd.DataFrame({"exp": [0, 1, 2, 3, 4], "phase": ["train"] * 4 + ["translate"],
+                         "status": ["baseline", "keep", "discard", "keep", "keep"],
+                         "score": [-80.0, 240.4, -91.9, 260.0, 250.0],
+                         "description": ["baseline seed 1",
+                                         "optuna trial 1: UPDATE_EPOCHS 480->30 [confirmed over 2 seeds: 270.0, 274.9]",
+                                         "optuna trial 2: GAMMA 0.99->0.95 [not above best 240.4]",
+                                         "optuna trial 3: NUM_ENVS 32->64", "port: Rust backend"]})
+    assert kept_changes(rows) == [{"exp": 1, "score": 240.4, "change": "optuna trial 1: UPDATE_EPOCHS 480->30"},
+                                  {"exp": 3, "score": 260.0, "change": "optuna trial 3: NUM_ENVS 32->64"}]
+    assert kept_changes(rows.assign(status=["baseline"] + ["discard"] * 4)) == []
 
 
 def _row(recovered: float, budgets_to_best: float | None, searcher: str = "optuna") -> NightRow:

@@ -49,6 +49,7 @@ class NightRow:
     code: str | None = None      # the commit of the code the night ran (a resumed file spans sessions)
     budgets_to_best: float | None = None   # full budgets spent when the final best was kept
     conditions: dict | None = None   # what else ran meanwhile (machine_load.MachineLoad); None before Nov 29
+    kept_changes: list | None = None   # each keep: exp, score, change (nights.kept_changes); None in older rows
 
 
 def load_nights(path: Path) -> tuple[list[NightRow], dict, list[dict], list[dict]]:

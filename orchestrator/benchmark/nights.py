@@ -195,7 +195,15 @@ def run_night(root: Path, problem: Problem, searcher: str, experiments: int, scr
     return {"clone": clone, "start": start, "best": best, "wall_s": wall, "rows": rows, "code": code,
             "kept": int((rows.status == "keep").sum()), "screened": int((rows.status == "screened").sum()),
             "candidates": int((rows.exp > 0).sum()), "full_budgets": full_budget_equivalents(run_dir, screen),
-            "budgets_to_best": budgets_to_best(run_dir, rows, screen)}
+            "budgets_to_best": budgets_to_best(run_dir, rows, screen), "kept_changes": kept_changes(rows)}
+
+
+def kept_changes(rows) -> list[dict]:
+    """What the night kept, in order: each keep's experiment, confirmed score and change (its
+    description without the keep rule's bracketed reasoning), so a record outlives the clone."""
+    kept = rows[(rows.status == "keep") & (rows.phase == "train")]
+    return [{"exp": int(r.exp), "score": float(r.score), "change": str(r.description).split(" [")[0]}
+            for r in kept.itertuples()]
 
 
 def full_budget_equivalents(run_dir: Path, screen: float | None, through_exp: int | None = None) -> float:
@@ -345,7 +353,8 @@ def measure_night(root: Path, base: Path, problem: Problem, searcher: str, scree
     row = NightRow(problem.name, searcher, screen, night, start, best, improvement, p, significant,
                    n["kept"], n["screened"], n["candidates"], n["kept"] > 0 and not significant, n["full_budgets"],
                    round(n["wall_s"], 1), improvement / gap if gap and gap > 0 else None, draw,
-                   code=n["code"], budgets_to_best=n["budgets_to_best"], conditions=conditions)
+                   code=n["code"], budgets_to_best=n["budgets_to_best"], conditions=conditions,
+                   kept_changes=n["kept_changes"])
     print(f"  {searcher:7s} {f'screen {screen:g}' if screen else 'no screen'} night {night}: start {np.mean(start):8.2f} best {np.mean(best):8.2f} "
           f"({improvement:+.2f}, p {p:.3f}; gap to shipped {gap:+.2f}) kept {n['kept']} "
           f"screened {n['screened']} "
