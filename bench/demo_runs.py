@@ -25,6 +25,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from orchestrator.benchmark.rescoring import embedded_agent_env
+
 REPO = Path(__file__).resolve().parent.parent
 COLUMNS = ("run", "utc", "commit", "demo_args", "machine", "load_before", "load_after", "exit", "wall_s", "kept", "confirmed",
            "start_rescored", "best_rescored", "gain", "p_better")
@@ -41,7 +43,7 @@ def one_run(number: int, demo_args: list[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="autorl-demo-run-") as scratch:
         clone = Path(scratch) / "autorl"
         subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-        env = {k: v for k, v in os.environ.items() if not k.startswith("AUTORL_") and k != "ANTHROPIC_API_KEY"}
+        env = embedded_agent_env()
         env["AUTORL_USER_CACHE"] = str(Path(scratch) / "user-cache")   # a fresh machine's empty cache
         started = time.monotonic()
         done = subprocess.run([sys.executable, "-m", "bench.demo", "--tag", f"demo-run-{number}", *demo_args], cwd=clone, env=env,

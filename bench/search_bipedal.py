@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -33,6 +32,8 @@ import time
 from pathlib import Path
 
 import pandas as pd
+
+from orchestrator.benchmark.rescoring import embedded_agent_env
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,7 +65,7 @@ def main() -> int:
         scratch = Path(tempfile.mkdtemp(prefix="autorl-search-"))
         root = scratch / "autorl"
         subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(root)], check=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "PYTHONPATH")}
+    env = embedded_agent_env()
     command = [sys.executable, "-m", "orchestrator", "run", "--env", args.env, "--budget", f"{args.budget:g}",
                "--max-experiments", str(args.experiments), "--tag", tag, "--agent", "optuna", *args.extra.split()]
     print("$", " ".join(command[1:]), f"  (in {root})", flush=True)

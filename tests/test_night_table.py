@@ -2,6 +2,7 @@
 and the drawn-detune target counted from it (orchestrator/benchmark: nights.py, night_table.py)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -335,3 +336,16 @@ def test_an_orphan_whose_parent_ended_in_the_same_read_is_taken_back_from_init(m
     ])
     # the run: 1 s read and a 1 s tail its reaper (the root) adds; the child: its 3 s, read
     assert conditions["own_cpu_s"] == 5.0 and conditions["other_cpu_s"] == 0.0
+
+
+def test_a_benchmark_run_gets_no_api_key_and_none_of_our_settings(monkeypatch):
+    # a night, a demo run or a search measures the embedded agent: a key in the researcher's shell
+    # must not turn it into paid calls, nor an AUTORL_ setting change what it measures
+    from orchestrator.benchmark.rescoring import embedded_agent_env
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-real-looking")
+    monkeypatch.setenv("AUTORL_TIME_BUDGET", "3")
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    env = embedded_agent_env()
+    assert "ANTHROPIC_API_KEY" not in env and not any(k.startswith("AUTORL_") for k in env)
+    assert env["PYTHONPATH"] == "" and env["PATH"] == os.environ["PATH"]

@@ -55,7 +55,7 @@ from orchestrator.benchmark.drawn_detunes import CHECK_RUNS, COST_SIGMAS, cost_f
 from orchestrator.benchmark.machine_load import MachineLoad
 from orchestrator.benchmark.night_table import (NightRow, load_nights, print_budget_curve, print_paired_curves,
                                                 print_table, summarize, write_json)
-from orchestrator.benchmark.rescoring import REPO, TRAIN_PY, better, child_env, rescore, verify_cache_of
+from orchestrator.benchmark.rescoring import REPO, TRAIN_PY, better, embedded_agent_env, rescore, verify_cache_of
 
 
 
@@ -113,7 +113,7 @@ def draw_cost(root: Path, problem: Problem, timeout_s: float) -> dict:
                 f"{problem.budget_s:g}", "--tag", "cost", "--max-experiments", "0", "--baselines", str(CHECK_RUNS),
                 "--agent", "optuna", *problem.run_args]
         done = subprocess.run(args, cwd=clone, capture_output=True, text=True, timeout=timeout_s,
-                              env={**child_env(), "ANTHROPIC_API_KEY": ""})
+                              env=embedded_agent_env())
         if done.returncode != 0:
             raise RuntimeError(f"the {which} start failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
         import pandas as pd
@@ -182,7 +182,7 @@ def run_night(root: Path, problem: Problem, searcher: str, experiments: int, scr
         args += ["--baselines", str(baselines)]
     started = time.monotonic()
     done = subprocess.run(args, cwd=clone, capture_output=True, text=True, timeout=timeout_s,
-                          env={**child_env(), "ANTHROPIC_API_KEY": ""})
+                          env=embedded_agent_env())
     wall = time.monotonic() - started
     run_dir = clone / "results" / tag
     if done.returncode != 0:

@@ -65,6 +65,14 @@ def child_env() -> dict:
     return env
 
 
+def embedded_agent_env() -> dict:
+    """child_env for a daemon run that must stay on the embedded agent: no API key this shell may
+    hold reaches it, so no benchmark run can call (or pay) a remote model."""
+    env = child_env()
+    env.pop("ANTHROPIC_API_KEY", None)
+    return env
+
+
 def better(best: list[float], start: list[float]) -> tuple[float, bool]:
     """(the one-sided Welch p that best > start, significant at 0.05)."""
     if best == start:
