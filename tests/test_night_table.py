@@ -349,3 +349,53 @@ def test_a_benchmark_run_gets_no_api_key_and_none_of_our_settings(monkeypatch):
     env = embedded_agent_env()
     assert "ANTHROPIC_API_KEY" not in env and not any(k.startswith("AUTORL_") for k in env)
     assert env["PYTHONPATH"] == "" and env["PATH"] == os.environ["PATH"]
+
+
+def test_a_child_reaped_by_a_parent_that_ends_in_the_same_read_counts_once(monkeypatch):
+    """A wrapper reaps its run and exits within one read: the run's CPU reaches the wrapper's own
+    reaper (the root) inside the wrapper's reaped total. Taken back from init instead, which added
+    none of it, it counted twice (a night's own CPU 3-6% above the machine's busy CPU)."""
+    from orchestrator.benchmark import machine_load
+
+    tick = machine_load.os.sysconf("SC_CLK_TCK")
+    start = machine_load._boot_ticks_now()
+    conditions = _conditions_over(monkeypatch, [
+        {1: (0, 1, 500, 0), 10: (1, start - 5, 0, 0)},
+        {1: (0, 1, 500, 0), 10: (1, start - 5, 0, 0), 11: (10, start + 5, tick, 0),
+         12: (11, start + 6, 3 * tick, 0)},                                   # the wrapper and its run
+        {1: (0, 1, 500, 0), 10: (1, start - 5, 0, 6 * tick)},   # the run ends, reaped by the wrapper, which ends
+        {1: (0, 1, 500, 0), 10: (1, start - 5, 0, 6 * tick)},
+    ])
+    # the wrapper: 1 s read and a 1 s tail; the run: 3 s read and a 1 s tail; every second once
+    assert conditions["own_cpu_s"] == 6.0 and conditions["other_cpu_s"] == 0.0
+
+
+# the benchmark's own tree: once told to go, a wrapper runs the burner and exits the moment it is reaped
+WRAPPING = ("import os, pathlib, subprocess, sys, time\n"
+            "while not pathlib.Path(sys.argv[3]).exists(): time.sleep(0.01)\n"
+            "wrapper = \"import subprocess, sys, os; subprocess.run(sys.argv[1:]); os._exit(0)\"\n"
+            "subprocess.run([sys.executable, '-c', wrapper, sys.executable, '-c', sys.argv[1], sys.argv[2], '0'])\n"
+            "time.sleep(60)\n")
+
+
+def test_a_wrapped_runs_cpu_counts_once(tmp_path, monkeypatch):
+    """The same with real processes: a burner of one CPU second, run by a wrapper that exits as soon as
+    it has reaped it, is the benchmark's one second, not two."""
+    import subprocess
+    import sys
+    import time
+
+    from orchestrator.benchmark import machine_load
+
+    monkeypatch.setattr(machine_load, "SAMPLE_S", 0.25)
+    own = subprocess.Popen([sys.executable, "-c", WRAPPING, BURN, str(tmp_path / "own"), str(tmp_path / "go")])
+    try:
+        load = machine_load.MachineLoad(root_pid=own.pid)
+        (tmp_path / "go").write_text("")
+        _wait_for(tmp_path / "own")
+        time.sleep(1.0)   # the burner and its wrapper end, and the root reaps the wrapper
+        conditions = load.stop()
+    finally:
+        own.kill()
+        own.wait()
+    assert 0.9 <= conditions["own_cpu_s"] < 1.9   # the burner's second and two interpreters' starts

@@ -20,8 +20,9 @@ class MachineLoad:
     hands its CPU to the parent that reaps it (as that parent's children's CPU): what was read of it
     is not counted again there, so nothing counts twice, a short-lived process counts through its
     parent, and an orphan's CPU stays where it was read (whether or not the init that reaps it adds
-    it up; one whose parent ended in the same read is taken back from init's). The machine's busy
-    CPU (/proc/stat) and the 1-minute load average stand beside them."""
+    it up). One whose parent ended in the same read was reaped by init or by that parent: it is taken
+    back from what init added, then from its nearest live ancestor (which reaped that parent). The
+    machine's busy CPU (/proc/stat) and the 1-minute load average stand beside them."""
 
     def __init__(self, root_pid: int | None = None):
         self.root_pid = root_pid or os.getpid()
@@ -58,14 +59,16 @@ class MachineLoad:
         with self._lock:
             key_of = {pid: (pid, start) for pid, (_, start, _, _) in table.items()}
             live = set(key_of.values())
+            ended = {key: self._seen.pop(key) for key in [k for k in self._seen if k not in live]}
             reaped: dict[tuple[int, int], int] = {}   # reaper -> the CPU of its ended children already counted
-            for key in [k for k in self._seen if k not in live]:
-                ppid, own_cpu, children_cpu = self._seen.pop(key)
-                # its parent reaps it; one whose parent is gone too was orphaned to init (pid 1), which
-                # may or may not add it up: the min() below takes back at most what a reaper added
-                reaper = key_of.get(ppid) if ppid in key_of else key_of.get(1)
-                if reaper is not None:
-                    reaped[reaper] = reaped.get(reaper, 0) + own_cpu + children_cpu
+            unplaced: list[tuple[tuple[int, int] | None, int]] = []   # (a live ancestor, CPU) of the undecided
+            parent_of_ended = {pid: ppid for (pid, _), (ppid, _, _) in ended.items()}
+            for key, (ppid, own_cpu, children_cpu) in ended.items():
+                if ppid in key_of:   # its parent lives on: that parent reaped it
+                    reaped[key_of[ppid]] = reaped.get(key_of[ppid], 0) + own_cpu + children_cpu
+                else:   # orphaned to init, or reaped by a parent that ended after it: decided below
+                    unplaced.append((_live_ancestor(ppid, parent_of_ended, key_of), own_cpu + children_cpu))
+            added_by: dict[tuple[int, int], tuple[int, int]] = {}   # key -> (own CPU added, reaped CPU added)
             for pid, (ppid, start, own_cpu, children_cpu) in table.items():
                 key = (pid, start)
                 if pid in ours:
@@ -75,10 +78,18 @@ class MachineLoad:
                 _, own_before, children_before = self._seen.get(key, (ppid, own_cpu if older else 0,
                                                                       children_cpu if older else 0))
                 self._seen[key] = (ppid, own_cpu, children_cpu)
-                children_added = children_cpu - children_before
-                # what it reaped of children read before counts once, where they were read (a reaper
-                # that adds no reaped CPU, as an init that ignores SIGCHLD, takes nothing back)
-                added = own_cpu - own_before + children_added - min(children_added, reaped.get(key, 0))
+                added_by[key] = (own_cpu - own_before, children_cpu - children_before)
+            # what a reaper added of children read before counts once, where they were read; a reaper
+            # that adds no reaped CPU (an init that ignores SIGCHLD) gives nothing back. An undecided
+            # one is taken from what init added beyond its known children, the rest from its ancestor
+            taken = {key: min(added_by[key][1], cpu) for key, cpu in reaped.items() if key in added_by}
+            for ancestor, cpu in unplaced:
+                for reaper in (key_of.get(1), ancestor):
+                    if reaper in added_by and cpu > 0:
+                        take = min(cpu, added_by[reaper][1] - taken.get(reaper, 0))
+                        taken[reaper], cpu = taken.get(reaper, 0) + take, cpu - take
+            for key, (own_added, children_added) in added_by.items():
+                added = own_added + children_added - taken.get(key, 0)
                 if key in self._own_keys:
                     self._own += added
                 else:
@@ -94,6 +105,17 @@ class MachineLoad:
                 "busy_cpu_s": round(busy, 1), "own_cpu_s": round(self._own / tick, 1),
                 "other_cpu_s": round(self._other / tick, 1), "sample_s": SAMPLE_S,
                 "load1_mean": round(float(np.mean(self._loads)), 2), "load1_max": round(max(self._loads), 2)}
+
+
+def _live_ancestor(ppid: int, parent_of_ended: dict[int, int], key_of: dict) -> tuple[int, int] | None:
+    """The nearest live process up an ended process's line of ended parents (their last-read ppids)."""
+    for _ in range(len(parent_of_ended) + 1):   # (a reused pid cannot loop it)
+        if ppid in key_of:
+            return key_of[ppid]
+        if ppid not in parent_of_ended:
+            return None
+        ppid = parent_of_ended[ppid]
+    return None
 
 
 def _processes() -> dict[int, tuple[int, int, int, int]]:
