@@ -371,7 +371,7 @@ def test_a_child_reaped_by_a_parent_that_ends_in_the_same_read_counts_once(monke
 
 
 # the benchmark's own tree: once told to go, a wrapper runs the burner and exits the moment it is reaped
-WRAPPING = ("import os, pathlib, subprocess, sys, time\n"
+WRAPPING = ("import pathlib, subprocess, sys, time\n"
             "while not pathlib.Path(sys.argv[3]).exists(): time.sleep(0.01)\n"
             "wrapper = \"import subprocess, sys, os; subprocess.run(sys.argv[1:]); os._exit(0)\"\n"
             "subprocess.run([sys.executable, '-c', wrapper, sys.executable, '-c', sys.argv[1], sys.argv[2], '0'])\n"

@@ -201,9 +201,13 @@ def run_night(root: Path, problem: Problem, searcher: str, experiments: int, scr
 def kept_changes(rows) -> list[dict]:
     """What the night kept, in order: each keep's experiment, confirmed score and change (its
     description without the keep rule's bracketed reasoning), so a record outlives the clone."""
-    kept = rows[(rows.status == "keep") & (rows.phase == "train")]
     return [{"exp": int(r.exp), "score": float(r.score), "change": str(r.description).split(" [")[0]}
-            for r in kept.itertuples()]
+            for r in train_keeps(rows).itertuples()]
+
+
+def train_keeps(rows):
+    """The rows of the train experiments a night kept (a translate keep changes no score)."""
+    return rows[(rows.status == "keep") & (rows.phase == "train")]
 
 
 def full_budget_equivalents(run_dir: Path, screen: float | None, through_exp: int | None = None) -> float:
@@ -226,7 +230,7 @@ def _exp_of(log: Path, run_dir: Path) -> int:
 def budgets_to_best(run_dir: Path, rows, screen: float | None) -> float:
     """The full budgets the night had spent when it kept its final best (the baselines' when it
     kept nothing): what "recovered within B budgets" is read from."""
-    kept = rows[(rows.status == "keep") & (rows.phase == "train")]
+    kept = train_keeps(rows)
     return full_budget_equivalents(run_dir, screen, int(kept.exp.max()) if len(kept) else 0)
 
 
