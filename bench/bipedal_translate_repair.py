@@ -26,7 +26,8 @@ from pathlib import Path
 import git
 
 from orchestrator.artifacts import parse_summary
-from tests.conftest import AUTORL_ROOT, daemon_cmd, daemon_env, make_checkout, read_results, write_replay
+from orchestrator.benchmark.scratch_checkout import (AUTORL_ROOT, daemon_cmd, daemon_env, make_checkout, read_results,
+                                                     write_replay)
 
 RUST, SYNC, JAX = (f"envs_fast/translations/bipedalwalker_v3{end}" for end in (".rs", "_sync.py", ".py"))
 BUGS = {  # file, the shipped text, the bug

@@ -4,22 +4,22 @@
 of the real evaluate.py, program.md, envs_fast/ (when present) and either the real
 candidate/train.py or the given text, committed on branch main. `daemon_cmd`/`run_daemon`
 run `python -m orchestrator ...` in it as a real subprocess (the orchestrator package comes
-from this checkout through PYTHONPATH).
+from this checkout through PYTHONPATH). The checkout itself is orchestrator/benchmark/scratch_checkout.py.
 """
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
-import git
 import pytest
 
-AUTORL_ROOT = Path(__file__).resolve().parents[1]
+# the scratch checkout's helpers live with the benchmarks that use them too; the tests import them from here
+from orchestrator.benchmark.scratch_checkout import (  # noqa: F401
+    AUTORL_ROOT, daemon_cmd, daemon_env, make_checkout, read_results, write_replay)
+
 PYTHON = sys.executable
 
 # A train.py that trains nothing: it exports a CartPole controller whose quality is set by BIAS
@@ -75,15 +75,6 @@ def tiny_train_py(**constants) -> str:
         end = text.index("  #", start)
         text = text[:start] + f"{name} = {value!r}" + text[end:]
     return text
-
-
-def _copy_if_present(name: str, dest: Path) -> None:
-    source = AUTORL_ROOT / name
-    if source.is_dir():
-        shutil.copytree(source, dest / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    elif source.is_file():
-        (dest / name).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, dest / name)
 
 
 def pytest_configure(config):
@@ -145,42 +136,6 @@ def autorl_repo(tmp_path):
     return make
 
 
-def make_checkout(root: Path, train_py: str | None = None, files: dict[str, str] | None = None) -> Path:
-    """A committed checkout of autorl at `root`: the harness, envs_fast, program.md, the given train.py
-    (the shipped one by default) and extra files."""
-    root.mkdir(parents=True)
-    for item in ("evaluate.py", "train_plumbing.py", "policy_export.py", "program.md", "envs_fast", "pyproject.toml",
-                 "modal_app.py"):
-        _copy_if_present(item, root)
-    (root / "candidate").mkdir()
-    if train_py is None:
-        shutil.copyfile(AUTORL_ROOT / "candidate" / "train.py", root / "candidate" / "train.py")
-    else:
-        (root / "candidate" / "train.py").write_text(train_py)
-    (root / ".gitignore").write_text("__pycache__/\n*.pyc\nruns/\nresults/\nout/\n")
-    for rel, text in (files or {}).items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    repo = git.Repo.init(root, initial_branch="main")
-    with repo.config_writer() as config:
-        config.set_value("user", "name", "autorl-tests")
-        config.set_value("user", "email", "tests@localhost")
-    repo.git.add("-A")
-    repo.index.commit("initial checkout")
-    return root
-
-
-def daemon_env(extra: dict | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "PYTHONPATH")}
-    env["PYTHONPATH"] = str(AUTORL_ROOT)
-    env.update(extra or {})
-    return env
-
-
-def daemon_cmd(*args: str) -> list[str]:
-    return [PYTHON, "-m", "orchestrator", *args]
-
-
 # Small, fast settings for tests: few eval episodes in one process, and 2 baselines
 # (the default 4 is for real nights; the keep scenarios here are written against a pair).
 # A coding agent's night refuses to start where bubblewrap cannot run (--sandbox auto fails closed); there
@@ -209,23 +164,6 @@ def run_daemon(repo: Path, *args: str, env: dict | None = None, timeout: float =
 def start_daemon(repo: Path, *args: str, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen(daemon_cmd(*args), cwd=repo, env=daemon_env(env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
-
-
-def write_replay(root: Path, steps: dict[int, dict]) -> Path:
-    """Replay folders: steps = {1: {"candidate/train.py": text, "DESCRIPTION": "..."}, ...}."""
-    root.mkdir(parents=True, exist_ok=True)
-    for exp, files in steps.items():
-        for rel, text in files.items():
-            path = root / f"{exp:03d}" / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text)
-    return root
-
-
-def read_results(repo: Path, tag: str):
-    import pandas as pd
-
-    return pd.read_csv(repo / "results" / tag / "results.tsv", sep="\t", dtype={"commit": str})
 
 
 def processes_of(out_dir: Path) -> list:
