@@ -3,9 +3,9 @@ every row, so it must stay well under a second or two at 200 rows).
 
     python -m bench.report [--rows 200] [--repeats 5]
 
-Builds the synthetic night of tests/test_report.py (every status, diffs, errors), writes the
-report once (imports matplotlib, pandas and scipy as the daemon's first refresh does), then times
-report.refresh and prints the median, the fastest and the slowest refresh.
+Builds the synthetic night of orchestrator/benchmark/synthetic_night.py (every status, diffs,
+errors), writes the report once (imports matplotlib, pandas and scipy as the daemon's first
+refresh does), then times report.refresh and prints the median, the fastest and the slowest.
 """
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
-
-from orchestrator import report  # noqa: E402
-from tests.test_report import _synthetic_night  # noqa: E402
+from orchestrator import report
+from orchestrator.benchmark.synthetic_night import synthetic_night
 
 TARGET_S = 2.0
 
@@ -28,7 +27,7 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        run_dir = _synthetic_night(Path(tmp) / "results" / "big", rows=args.rows)
+        run_dir = synthetic_night(Path(tmp) / "results" / "big", rows=args.rows)
         report.write(run_dir)
         seconds = []
         for _ in range(args.repeats):

@@ -132,6 +132,21 @@ def test_the_checker_finds_a_circle_and_an_upward_import(tmp_path):
     assert any(layer_of(t, table) > layer_of(m, table) for m, ts in graph.items() for t in ts)
 
 
+def test_nothing_outside_the_tests_imports_them():
+    """A bench script or a shipped module runs from a checkout without the test suite's fixtures:
+    what both need lives in the tree (e.g. orchestrator/benchmark/scratch_checkout.py)."""
+    def imports_tests(path: Path) -> bool:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([alias.name for alias in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n.split(".")[0] in ("tests", "conftest") for n in names):
+                return True
+        return False
+
+    offenders = [str(p.relative_to(AUTORL_ROOT)) for p in python_files(AUTORL_ROOT) if imports_tests(p)]
+    assert not offenders, f"modules outside tests/ that import from it: {offenders}"
+
+
 MAX_MODULE_LINES = 450
 # Over the limit today, at most this long: each may only shrink (and leaves the list once within it).
 # candidate/train.py is the one-learner issue's (at most 500 lines, readable top to bottom).
