@@ -53,7 +53,7 @@ def daemon_env(extra: dict | None = None) -> dict:
     """This environment for the daemon in a scratch checkout: the orchestrator package from this
     tree (the checkout has none), and no API key this shell may hold, so no run calls a remote model.
     Unlike rescoring.embedded_agent_env it keeps AUTORL_ settings: tests hand the daemon theirs
-    (e.g. a private AUTORL_USER_CACHE) through the environment."""
+    (e.g. a private AUTORL_VERIFY_CACHE) through the environment."""
     env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "PYTHONPATH")}
     env["PYTHONPATH"] = str(AUTORL_ROOT)
     env.update(extra or {})
